@@ -1,0 +1,1 @@
+"""Test-time co-evolving orchestrators (EvoChamber, FlyRoute) over a text-completion LLM."""
