@@ -52,7 +52,7 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_convert(args[0], v, f"{path}[{i}]") for i, v in enumerate(value))
         if args and len(args) == len(value):
-            return tuple(_convert(a, v, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+            return tuple(_convert(a, v, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True)))
         return tuple(value)
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
