@@ -1,0 +1,229 @@
+"""Stacked multi-agent LoRA: init, stacking, per-row application, gradient isolation, PEFT IO."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from coevo_jax.lora import (
+    AdapterFormatError,
+    AgentLoRA,
+    LoRAConfig,
+    LoRAWeights,
+    export_peft,
+    import_peft,
+    init_lora,
+    lora_delta,
+    merge,
+    set_agent,
+    stack,
+    unstack,
+)
+
+L, H, I, KV = 2, 16, 24, 8
+
+
+def _base_params():
+    k = jax.random.PRNGKey(0)
+    shapes = {
+        "q": (H, H),
+        "k": (H, KV),
+        "v": (H, KV),
+        "o": (H, H),
+        "gate": (H, I),
+        "up": (H, I),
+        "down": (I, H),
+    }
+    return {
+        "layers": {
+            m: jax.random.normal(jax.random.fold_in(k, i), (L, *s))
+            for i, (m, s) in enumerate(shapes.items())
+        }
+    }
+
+
+def _random_weights(n=4, r=4, seed=1, modules=None) -> LoRAWeights:
+    cfg = LoRAConfig(
+        n_agents=n,
+        rank=r,
+        alpha=8.0,
+        dropout=0.0,
+        **({"target_modules": modules} if modules else {}),
+    )
+    w = init_lora(jax.random.PRNGKey(seed), cfg, _base_params())
+    params = jax.tree.map(
+        lambda x: jax.random.normal(jax.random.PRNGKey(seed + 7), x.shape) * 0.1, w.params
+    )
+    return w.replace(params=params)
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="target_modules"):
+        LoRAConfig(target_modules=("q", "qkv"))
+    with pytest.raises(ValueError, match="rank"):
+        LoRAConfig(rank=0)
+    assert LoRAConfig(rank=16, alpha=32).scale == 2.0
+    assert LoRAConfig(rank=16, alpha=32, rslora=True).scale == pytest.approx(8.0)
+
+
+def test_init_matches_peft_scheme():
+    cfg = LoRAConfig(n_agents=3, rank=4, alpha=8)
+    w = init_lora(jax.random.PRNGKey(0), cfg, _base_params())
+    assert w.params["q"]["A"].shape == (L, 3, H, 4)
+    assert w.params["down"]["B"].shape == (L, 3, 4, H)
+    for ab in w.params.values():
+        assert float(jnp.abs(ab["B"]).max()) == 0.0
+        bound = 1.0 / np.sqrt(ab["A"].shape[2])
+        assert float(jnp.abs(ab["A"]).max()) <= bound
+    # agents are drawn independently
+    assert not np.allclose(w.params["q"]["A"][:, 0], w.params["q"]["A"][:, 1])
+
+
+def test_stack_unstack_set_roundtrip():
+    w = _random_weights()
+    agents = [unstack(w, i) for i in range(4)]
+    back = stack(agents)
+    jax.tree.map(np.testing.assert_array_equal, back.params, w.params)
+    w2 = set_agent(w, 2, agents[0])
+    np.testing.assert_array_equal(w2.params["q"]["A"][:, 2], w.params["q"]["A"][:, 0])
+    np.testing.assert_array_equal(w2.params["q"]["A"][:, 1], w.params["q"]["A"][:, 1])
+    with pytest.raises(IndexError):
+        unstack(w, 4)
+
+
+def test_lora_delta_rows_and_adapter_off():
+    w = _random_weights()
+    x = jax.random.normal(jax.random.PRNGKey(3), (5, 3, H))
+    ids = jnp.array([0, 3, -1, 1, 0])
+    a, b = w.params["q"]["A"][0], w.params["q"]["B"][0]
+    y = lora_delta(x, a, b, ids, w.scale)
+    for row, agent in enumerate([0, 3, -1, 1, 0]):
+        expect = (
+            np.zeros((3, H))
+            if agent < 0
+            else w.scale * np.asarray(x[row]) @ np.asarray(a[agent]) @ np.asarray(b[agent])
+        )
+        np.testing.assert_allclose(y[row], expect, rtol=1e-5, atol=1e-5)
+    assert float(jnp.abs(y[2]).max()) == 0.0
+
+
+def test_gradients_reach_only_present_agents():
+    w = _random_weights()
+    x = jax.random.normal(jax.random.PRNGKey(3), (4, 3, H))
+    ids = jnp.array([2, 2, -1, 2])
+
+    def loss(params):
+        return jnp.sum(lora_delta(x, params["A"], params["B"], ids, 2.0) ** 2)
+
+    g = jax.grad(loss)({"A": w.params["q"]["A"][0], "B": w.params["q"]["B"][0]})
+    for agent in (0, 1, 3):
+        assert float(jnp.abs(g["A"][agent]).max()) == 0.0
+        assert float(jnp.abs(g["B"][agent]).max()) == 0.0
+    assert float(jnp.abs(g["A"][2]).max()) > 0.0
+
+
+def test_dropout_only_with_rng():
+    w = _random_weights()
+    x = jnp.ones((2, 4, H))
+    ids = jnp.array([0, 1])
+    a, b = w.params["q"]["A"][0], w.params["q"]["B"][0]
+    y0 = lora_delta(x, a, b, ids, 2.0, dropout=0.5)
+    y1 = lora_delta(x, a, b, ids, 2.0, dropout=0.5, rng=jax.random.PRNGKey(0))
+    np.testing.assert_array_equal(y0, lora_delta(x, a, b, ids, 2.0))
+    assert not np.allclose(y0, y1)
+
+
+def test_merge_equals_delta():
+    w = _random_weights()
+    base = _base_params()
+    merged = merge(base, w, 1)
+    x = jax.random.normal(jax.random.PRNGKey(5), (1, 2, H))
+    for m in ("q", "down"):
+        d_in = base["layers"][m].shape[1]
+        xm = x if d_in == H else jax.random.normal(jax.random.PRNGKey(6), (1, 2, d_in))
+        expect = xm @ base["layers"][m][0] + lora_delta(
+            xm, w.params[m]["A"][0], w.params[m]["B"][0], jnp.array([1]), w.scale
+        )
+        np.testing.assert_allclose(xm @ merged["layers"][m][0], expect, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["llama", "phi3"])
+def test_export_import_roundtrip_exact(tmp_path, family):
+    w = _random_weights()
+    out = export_peft(w, 2, tmp_path / "agent2-v1", base_model="tiny", family=family)
+    cfg = json.loads((out / "adapter_config.json").read_text())
+    assert cfg["peft_type"] == "LORA" and cfg["r"] == 4 and cfg["lora_alpha"] == 8.0
+    if family == "phi3":
+        assert set(cfg["target_modules"]) == {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
+        assert cfg["rank_pattern"] == {"qkv_proj": 12, "gate_up_proj": 8}
+    else:
+        assert set(cfg["target_modules"]) == {
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+        }
+    back = import_peft(out)
+    assert back.scale == w.scale
+    want = unstack(w, 2)
+    jax.tree.map(np.testing.assert_array_equal, back.params, want.params)
+
+
+def test_phi3_foreign_fused_import_is_exact(tmp_path):
+    """A fused adapter without our sidecar comes back as shared-A pieces with the same deltas."""
+    w = _random_weights()
+    out = export_peft(w, 0, tmp_path / "a", base_model="tiny", family="phi3")
+    (out / "coevo_lora.json").unlink()
+    with pytest.raises(AdapterFormatError, match="qkv_sizes"):
+        import_peft(out)
+    back = import_peft(out, qkv_sizes=(H, KV, KV))
+    want = unstack(w, 0)
+    x = jax.random.normal(jax.random.PRNGKey(9), (1, 3, H))
+    for m in ("q", "k", "v", "gate", "up"):
+        got = lora_delta(
+            x,
+            back.params[m]["A"][0][None],
+            back.params[m]["B"][0][None],
+            jnp.array([0]),
+            back.scale,
+        )
+        exp = lora_delta(
+            x,
+            want.params[m]["A"][0][None],
+            want.params[m]["B"][0][None],
+            jnp.array([0]),
+            want.scale,
+        )
+        np.testing.assert_allclose(got, exp, rtol=1e-5, atol=1e-6)
+
+
+def test_import_errors_name_the_file(tmp_path):
+    with pytest.raises(AdapterFormatError, match="adapter_config.json"):
+        import_peft(tmp_path)
+    w = _random_weights(n=1)
+    out = export_peft(w, 0, tmp_path / "x", base_model="tiny")
+    (out / "adapter_model.safetensors").write_bytes(b"garbage")
+    with pytest.raises(AdapterFormatError, match="adapter_model.safetensors"):
+        import_peft(out)
+
+
+def test_export_replaces_directory_atomically(tmp_path):
+    w = _random_weights()
+    d = tmp_path / "agent0"
+    export_peft(w, 0, d, base_model="tiny")
+    export_peft(w, 1, d, base_model="tiny")
+    back = import_peft(d)
+    np.testing.assert_array_equal(back.params["q"]["A"], unstack(w, 1).params["q"]["A"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["agent0"]
+
+
+def test_agentlora_export_single(tmp_path):
+    w = _random_weights(modules=("q", "v"))
+    single = AgentLoRA(params=unstack(w, 3).params, scale=w.scale, dropout=0.0)
+    back = import_peft(export_peft(single, None, tmp_path / "s", base_model="tiny"))
+    assert set(back.params) == {"q", "v"}
