@@ -1,0 +1,100 @@
+"""RL hyperparameters for the policy step (DESIGN §2 step 7, §4; paper appendix B)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+LEVELS = ("sequence", "token")
+LOSS_TYPES = ("grpo", "dapo", "dr_grpo")
+
+
+@dataclasses.dataclass(frozen=True)
+class RLConfig:
+    """Policy-optimisation settings shared by every agent.
+
+    Attributes:
+      level: importance-sampling level: ``"sequence"`` is GSPO (one ratio per completion,
+        from the mean token log-ratio), ``"token"`` is GRPO/DAPO's per-token ratio.
+      loss_type: aggregation: ``"grpo"`` (per-sequence token mean, then mean over sequences),
+        ``"dapo"`` (token sum over the token count), ``"dr_grpo"`` (token sum over
+        sequences x ``max_completion_length``).
+      eps_low, eps_high: the ratio is clipped to ``[1 - eps_low, 1 + eps_high]``.
+      beta: weight of the per-token k3 KL to the reference (adapter off); 0 skips the
+        reference forward pass entirely.
+      adv_eps: added to the group std in the advantage denominator.
+      adv_ddof: delta degrees of freedom of the group std (1 = unbiased, as TRL).
+      adv_scale: ``"group"``, ``"batch"`` or ``"none"`` (TRL's ``scale_rewards``).
+      dynamic_sampling: drop groups whose rewards are all equal (DAPO).
+      learning_rate: peak AdamW learning rate of each agent.
+      warmup_steps: linear warmup length, counted in the agent's own update steps.
+      decay_steps: total schedule length (warmup included) of the cosine decay, per agent.
+      end_lr_ratio: final learning rate as a fraction of the peak.
+      weight_decay, adam_b1, adam_b2, adam_eps: AdamW settings (torch/HF defaults, with
+        HF's zero weight decay).
+      max_grad_norm: global-norm clipping threshold, per agent (each agent is its own model).
+      micro_batches: gradient-accumulation steps per policy step.
+      max_completion_length: ``dr_grpo``'s constant denominator; None = the padded length T.
+      remat: rematerialise decoder blocks in the backward pass.
+      compute_dtype: ``"bfloat16"`` or ``"float32"`` matmul dtype (log-softmax is fp32).
+    """
+
+    level: str = "sequence"
+    loss_type: str = "grpo"
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    beta: float = 1e-4
+    adv_eps: float = 1e-4
+    adv_ddof: int = 1
+    adv_scale: str = "group"
+    dynamic_sampling: bool = True
+    learning_rate: float = 3e-5
+    warmup_steps: int = 600
+    decay_steps: int = 6000
+    end_lr_ratio: float = 0.0
+    weight_decay: float = 0.0
+    adam_b1: float = 0.9
+    adam_b2: float = 0.999
+    adam_eps: float = 1e-8
+    max_grad_norm: float = 1.0
+    micro_batches: int = 1
+    max_completion_length: int | None = None
+    remat: bool = True
+    compute_dtype: str = "bfloat16"
+
+    def __post_init__(self):
+        if self.level not in LEVELS:
+            raise ValueError(f"level must be one of {LEVELS}, got {self.level!r}")
+        if self.loss_type not in LOSS_TYPES:
+            raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {self.loss_type!r}")
+        if self.adv_scale not in ("group", "batch", "none"):
+            raise ValueError(f"adv_scale must be group, batch or none, got {self.adv_scale!r}")
+        if not (0.0 <= self.eps_low < 1.0):
+            raise ValueError(f"eps_low must be in [0, 1), got {self.eps_low}")
+        if self.eps_high < 0.0:
+            raise ValueError(f"eps_high must be >= 0, got {self.eps_high}")
+        if self.beta < 0.0:
+            raise ValueError(f"beta must be >= 0, got {self.beta}")
+        if self.adv_ddof < 0:
+            raise ValueError(f"adv_ddof must be >= 0, got {self.adv_ddof}")
+        if self.learning_rate <= 0.0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.decay_steps <= self.warmup_steps:
+            raise ValueError(
+                f"decay_steps ({self.decay_steps}) must exceed warmup_steps ({self.warmup_steps})"
+            )
+        if not 0.0 <= self.end_lr_ratio <= 1.0:
+            raise ValueError(f"end_lr_ratio must be in [0, 1], got {self.end_lr_ratio}")
+        if self.max_grad_norm <= 0.0:
+            raise ValueError(f"max_grad_norm must be > 0, got {self.max_grad_norm}")
+        if self.micro_batches < 1:
+            raise ValueError(f"micro_batches must be >= 1, got {self.micro_batches}")
+        if self.max_completion_length is not None and self.max_completion_length < 1:
+            raise ValueError(
+                f"max_completion_length must be >= 1, got {self.max_completion_length}"
+            )
+        if self.compute_dtype not in ("bfloat16", "float32"):
+            raise ValueError(
+                f"compute_dtype must be bfloat16 or float32, got {self.compute_dtype!r}"
+            )
