@@ -22,7 +22,7 @@ from coevo_jax.lora import (
     unstack,
 )
 
-L, H, I, KV = 2, 16, 24, 8
+L, H, FF, KV = 2, 16, 24, 8
 
 
 def _base_params():
@@ -32,9 +32,9 @@ def _base_params():
         "k": (H, KV),
         "v": (H, KV),
         "o": (H, H),
-        "gate": (H, I),
-        "up": (H, I),
-        "down": (I, H),
+        "gate": (H, FF),
+        "up": (H, FF),
+        "down": (FF, H),
     }
     return {
         "layers": {
