@@ -1,0 +1,50 @@
+"""Decoders (Llama, Qwen3, Phi-3 families), weight loading, tokenizer and sampler.
+
+``forward`` is the pure forward pass over a params pytree; ``Decoder`` the NNX module around
+it; ``load`` reads an HF directory or a GGUF file into ``(Decoder, Tokenizer | None)``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from coevo_jax.models.config import ModelConfig, UnsupportedModelError
+from coevo_jax.models.decoder import (
+    Decoder,
+    DecoderOutput,
+    KVCache,
+    forward,
+    init_params,
+    jit_forward,
+    param_shapes,
+)
+
+__all__ = [
+    "Decoder",
+    "DecoderOutput",
+    "KVCache",
+    "ModelConfig",
+    "ModelLoadError",
+    "UnsupportedModelError",
+    "default_model_path",
+    "forward",
+    "init_params",
+    "jit_forward",
+    "load",
+    "param_shapes",
+]
+
+# Loading pulls in safetensors/tqdm and the GGUF reader; keep `import coevo_jax.models` light.
+_LAZY = {
+    "load": ("coevo_jax.models.loading", "load"),
+    "ModelLoadError": ("coevo_jax.models.hf_loader", "ModelLoadError"),
+    "default_model_path": ("coevo_jax.models.default", "default_model_path"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        mod, attr = _LAZY[name]
+        return getattr(importlib.import_module(mod), attr)
+    raise AttributeError(f"module 'coevo_jax.models' has no attribute {name!r}")

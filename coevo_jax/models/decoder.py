@@ -1,0 +1,400 @@
+"""The decoder forward pass (Llama, Qwen3, Phi-3 families) and its Flax NNX wrapper.
+
+``forward`` is the single source of the math: a pure function of a params pytree (layout in
+``docs/interfaces.md``: layers stacked on a leading axis, matrices ``[in, out]``) that scans
+one block body over the layer stack. The stack is cut into segments at the hidden-state
+indices asked for, so returning mid-layer features costs nothing extra and a partial pass
+(``stop_after_hidden``) simply never runs the later segments. ``Decoder`` holds the same
+pytree as ``nnx.Param`` leaves for code that wants a module object.
+
+The KV cache is carried through the scan whole (``[L, B, S, nKV, D]``) and each layer writes
+its T new slots with ``dynamic_update_slice``; XLA updates loop-carried buffers in place, so a
+decode step touches the new slots only, instead of rewriting every layer's cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+from flax import nnx, struct
+
+from coevo_jax.lora.weights import TARGET_MODULES, LoRAWeights, lora_delta
+from coevo_jax.models.config import ModelConfig
+from coevo_jax.models.rope import apply_rope, rope_cos_sin
+
+Params = dict[str, Any]
+
+# Masked attention scores get the most negative finite fp32 value rather than -inf, so a row
+# with no visible key (a left-pad query) yields a finite uniform softmax instead of NaN.
+_MASK_VALUE = float(jnp.finfo(jnp.float32).min)
+
+
+@struct.dataclass
+class KVCache:
+    """Per-layer keys and values, ``k``/``v``: ``[L, B, S, nKV, D]`` (S = cache length).
+
+    Slot ``s`` of row ``b`` holds the token at that slot of the row's left-padded sequence;
+    which slots are real is given by the ``[B, S]`` attention mask passed to ``forward``.
+    """
+
+    k: jax.Array
+    v: jax.Array
+
+    @classmethod
+    def init(cls, cfg: ModelConfig, batch: int, length: int, dtype: Any = jnp.float32) -> KVCache:
+        """Zeros for ``batch`` rows of ``length`` slots."""
+        shape = (cfg.num_layers, batch, length, cfg.num_kv_heads, cfg.head_dim)
+        return cls(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype))
+
+    @property
+    def length(self) -> int:
+        return int(self.k.shape[2])
+
+
+@struct.dataclass
+class DecoderOutput:
+    """What ``forward`` returns.
+
+    Attributes:
+      logits: ``[B, T, V]`` float32, or None when ``stop_after_hidden`` was set.
+      hidden_states: ``{index: [B, T, H]}`` in the compute dtype, keyed by the indices asked
+        for (HF ``hidden_states`` indexing: 0 = embeddings, i = output of block i-1, and the
+        last index L carries the final norm, as in transformers).
+      cache: the updated KVCache, or None when none was given.
+    """
+
+    logits: jax.Array | None
+    hidden_states: dict[int, jax.Array]
+    cache: KVCache | None
+
+
+def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
+    """RMSNorm over the last axis; statistics in float32, result in ``x.dtype``."""
+    xf = x.astype(jnp.float32)
+    y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    return weight.astype(x.dtype) * y.astype(x.dtype)
+
+
+def _attend(
+    q: jax.Array, k: jax.Array, v: jax.Array, allowed: jax.Array, cfg: ModelConfig
+) -> jax.Array:
+    """GQA attention. q ``[B,T,nH,D]``, k/v ``[B,S,nKV,D]``, allowed ``[B,T,S]`` bool -> ``[B,T,nH*D]``."""
+    b, t, _, d = q.shape
+    g = cfg.num_heads // cfg.num_kv_heads
+    qg = q.reshape(b, t, cfg.num_kv_heads, g, d)
+    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32)
+    scores = scores * (d**-0.5)
+    scores = jnp.where(allowed[:, None, None], scores, _MASK_VALUE)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
+    return out.reshape(b, t, cfg.num_heads * d)
+
+
+def _block(
+    cfg: ModelConfig,
+    compute_dtype: Any,
+    x: jax.Array,
+    lp: Params,
+    lora_l: dict[str, dict[str, jax.Array]] | None,
+    lora_meta: tuple[jax.Array, float, float, jax.Array | None] | None,
+    layer: jax.Array,
+    cos: jax.Array,
+    sin: jax.Array,
+    allowed: jax.Array,
+    kv: tuple[jax.Array, jax.Array, jax.Array] | None,
+) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
+    """One pre-norm decoder block. ``lp`` is this layer's slice of ``params["layers"]``."""
+    cd = compute_dtype
+    b, t, _ = x.shape
+
+    def proj(h: jax.Array, name: str) -> jax.Array:
+        y = h @ lp[name].astype(cd)
+        if lora_l is not None and name in lora_l:
+            agent_ids, scale, dropout, rng = lora_meta
+            key = None if rng is None else jax.random.fold_in(rng, TARGET_MODULES.index(name))
+            y = y + lora_delta(
+                h, lora_l[name]["A"], lora_l[name]["B"], agent_ids, scale, dropout=dropout, rng=key
+            ).astype(y.dtype)
+        return y
+
+    h = rms_norm(x, lp["attn_norm"], cfg.rms_norm_eps)
+    q = proj(h, "q").reshape(b, t, cfg.num_heads, cfg.head_dim)
+    k = proj(h, "k").reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
+    v = proj(h, "v").reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
+    if cfg.qk_norm:
+        q = rms_norm(q, lp["q_norm"], cfg.rms_norm_eps)
+        k = rms_norm(k, lp["k_norm"], cfg.rms_norm_eps)
+    q = apply_rope(q, cos, sin)
+    k = apply_rope(k, cos, sin)
+    new_kv = None
+    if kv is not None:
+        ck, cv, index = kv
+        start = (layer, 0, index, 0, 0)
+        ck = jax.lax.dynamic_update_slice(ck, k[None].astype(ck.dtype), start)
+        cv = jax.lax.dynamic_update_slice(cv, v[None].astype(cv.dtype), start)
+        new_kv = (ck, cv)
+        k = jax.lax.dynamic_index_in_dim(ck, layer, 0, keepdims=False).astype(cd)
+        v = jax.lax.dynamic_index_in_dim(cv, layer, 0, keepdims=False).astype(cd)
+    attn = _attend(q, k, v, allowed, cfg)
+    x = x + proj(attn, "o")
+    h = rms_norm(x, lp["mlp_norm"], cfg.rms_norm_eps)
+    x = x + proj(jax.nn.silu(proj(h, "gate")) * proj(h, "up"), "down")
+    return x, new_kv
+
+
+def _normalise_indices(hidden_layers: Sequence[int], num_layers: int) -> dict[int, int]:
+    """Maps each requested index (negative allowed, as on HF's tuple) to 0..L."""
+    out = {}
+    for i in hidden_layers:
+        j = int(i) + num_layers + 1 if int(i) < 0 else int(i)
+        if not 0 <= j <= num_layers:
+            raise ValueError(
+                f"hidden layer index {i} out of range for {num_layers} layers (0..{num_layers})"
+            )
+        out[int(i)] = j
+    return out
+
+
+def forward(
+    params: Params,
+    cfg: ModelConfig,
+    input_ids: jax.Array,
+    attention_mask: jax.Array | None = None,
+    positions: jax.Array | None = None,
+    lora: tuple[LoRAWeights, jax.Array] | None = None,
+    lora_rng: jax.Array | None = None,
+    hidden_layers: Sequence[int] = (),
+    stop_after_hidden: bool = False,
+    cache: KVCache | None = None,
+    cache_index: jax.Array | int | None = None,
+    remat: bool = False,
+    compute_dtype: Any = jnp.float32,
+) -> DecoderOutput:
+    """Runs the decoder on a (left-padded) batch.
+
+    Args:
+      params: the params pytree (``docs/interfaces.md``); any float dtype, cast per layer to
+        ``compute_dtype``.
+      cfg: the model config (static under ``jit``).
+      input_ids: ``[B, T]`` int token ids.
+      attention_mask: 1 = real token, 0 = pad (left padding). ``[B, T]`` without a cache,
+        ``[B, S]`` (the whole cache's slots) with one. None = all real.
+      positions: ``[B, T]`` int RoPE positions; default ``cumsum(mask) - 1`` clipped at 0 (taken
+        at the new slots when a cache is given), so a left-padded row matches its unpadded self.
+      lora: ``(LoRAWeights, agent_ids [B])``: each row adds its agent's adapter on the modules
+        the weights carry; agent -1 leaves that row bit-exactly the base model.
+      lora_rng: PRNG key that switches LoRA dropout on (training only).
+      hidden_layers: HF ``hidden_states`` indices to return (static).
+      stop_after_hidden: run only up to the deepest requested index; ``logits`` is None.
+      cache: a ``KVCache``; the T new keys/values are written at ``cache_index``.
+      cache_index: scalar slot of the first new token (same for every row).
+      remat: wrap each block in ``jax.checkpoint`` (recompute activations in the backward).
+      compute_dtype: activations' dtype (bf16 or fp32); softmax and logits are fp32.
+
+    Returns:
+      ``DecoderOutput``. Differentiable w.r.t. ``params`` and the LoRA weights.
+    """
+    chex.assert_rank(input_ids, 2)
+    b, t = input_ids.shape
+    n_layers = cfg.num_layers
+    wanted = _normalise_indices(hidden_layers, n_layers)
+    if stop_after_hidden and not wanted:
+        raise ValueError("stop_after_hidden=True needs at least one index in hidden_layers")
+    depth = max(wanted.values()) if stop_after_hidden else n_layers
+    if cache is not None and cache_index is None:
+        raise ValueError("a cache needs cache_index (the slot of the first new token)")
+
+    # Slot bookkeeping: queries sit at slots q0..q0+T-1 of a key axis of length S.
+    if cache is None:
+        s_len, q0 = t, 0
+    else:
+        chex.assert_shape(cache.k, (n_layers, b, None, cfg.num_kv_heads, cfg.head_dim))
+        s_len, q0 = cache.length, jnp.asarray(cache_index, jnp.int32)
+    if attention_mask is None:
+        key_mask = jnp.ones((b, s_len), bool)
+        if positions is None:
+            positions = jnp.broadcast_to(q0 + jnp.arange(t, dtype=jnp.int32), (b, t))
+    else:
+        chex.assert_shape(attention_mask, (b, s_len))
+        key_mask = attention_mask.astype(bool)
+        if positions is None:
+            full = jnp.maximum(jnp.cumsum(attention_mask.astype(jnp.int32), axis=-1) - 1, 0)
+            positions = full if cache is None else jax.lax.dynamic_slice(full, (0, q0), (b, t))
+    chex.assert_shape(positions, (b, t))
+
+    q_slot = q0 + jnp.arange(t)[:, None]
+    k_slot = jnp.arange(s_len)[None, :]
+    allowed = k_slot <= q_slot
+    if cfg.sliding_window is not None:
+        allowed = allowed & (q_slot - k_slot < cfg.sliding_window)
+    allowed = allowed[None] & key_mask[:, None, :]
+
+    cos, sin = rope_cos_sin(cfg, positions)
+
+    lora_params = None
+    lora_meta = None
+    if lora is not None:
+        weights, agent_ids = lora
+        chex.assert_shape(agent_ids, (b,))
+        lora_params = weights.params
+        lora_meta = (agent_ids, weights.scale, weights.dropout, lora_rng)
+
+    def body(carry, xs):
+        x, kv = carry
+        lp, lora_l, layer = xs
+        meta = None
+        if lora_meta is not None:
+            ids, scale, drop, rng = lora_meta
+            rng = None if rng is None else jax.random.fold_in(rng, layer)
+            meta = (ids, scale, drop, rng)
+        kv_in = None if kv is None else (*kv, q0)
+        x, kv = _block(cfg, compute_dtype, x, lp, lora_l, meta, layer, cos, sin, allowed, kv_in)
+        return (x, kv), None
+
+    if remat:
+        body = jax.checkpoint(body)
+
+    x = params["embed"][input_ids].astype(compute_dtype)
+    kv = None if cache is None else (cache.k, cache.v)
+    found = {0: x}
+    bounds = sorted({j for j in wanted.values() if 0 < j <= depth} | {depth})
+    start = 0
+    for end in bounds:
+        if end > start:
+            seg = jax.tree.map(lambda a, s=start, e=end: a[s:e], params["layers"])
+            seg_lora = (
+                None
+                if lora_params is None
+                else jax.tree.map(lambda a, s=start, e=end: a[s:e], lora_params)
+            )
+            xs = (seg, seg_lora, jnp.arange(start, end, dtype=jnp.int32))
+            (x, kv), _ = jax.lax.scan(body, (x, kv), xs)
+        found[end] = x
+        start = end
+
+    final = None
+    if depth == n_layers:
+        final = rms_norm(x, params["final_norm"], cfg.rms_norm_eps)
+        found[n_layers] = final
+    hidden = {i: found[j] for i, j in wanted.items()}
+
+    logits = None
+    if not stop_after_hidden:
+        if cfg.tie_word_embeddings:
+            logits = jnp.einsum(
+                "bth,vh->btv",
+                final,
+                params["embed"].astype(compute_dtype),
+                preferred_element_type=jnp.float32,
+            )
+        else:
+            logits = jnp.einsum(
+                "bth,hv->btv",
+                final,
+                params["lm_head"].astype(compute_dtype),
+                preferred_element_type=jnp.float32,
+            )
+    new_cache = None if kv is None else KVCache(k=kv[0], v=kv[1])
+    return DecoderOutput(logits=logits, hidden_states=hidden, cache=new_cache)
+
+
+FORWARD_STATIC_ARGNAMES = ("cfg", "hidden_layers", "stop_after_hidden", "remat", "compute_dtype")
+
+jit_forward = jax.jit(forward, static_argnames=FORWARD_STATIC_ARGNAMES)
+"""``forward`` under ``jax.jit`` with the config and switches static (``hidden_layers`` must be
+a tuple so it is hashable)."""
+
+
+def param_shapes(cfg: ModelConfig) -> Params:
+    """The params pytree of ``cfg`` with shape tuples as leaves (the layout contract)."""
+    n, h, d, inner, vocab = (
+        cfg.num_layers,
+        cfg.hidden_size,
+        cfg.head_dim,
+        cfg.intermediate_size,
+        cfg.vocab_size,
+    )
+    layers = {
+        "attn_norm": (n, h),
+        "q": (n, h, cfg.num_heads * d),
+        "k": (n, h, cfg.num_kv_heads * d),
+        "v": (n, h, cfg.num_kv_heads * d),
+        "o": (n, cfg.num_heads * d, h),
+        "mlp_norm": (n, h),
+        "gate": (n, h, inner),
+        "up": (n, h, inner),
+        "down": (n, inner, h),
+    }
+    if cfg.qk_norm:
+        layers["q_norm"] = (n, d)
+        layers["k_norm"] = (n, d)
+    shapes: Params = {"embed": (vocab, h), "layers": layers, "final_norm": (h,)}
+    if not cfg.tie_word_embeddings:
+        shapes["lm_head"] = (h, vocab)
+    return shapes
+
+
+def init_params(
+    cfg: ModelConfig, key: jax.Array, dtype: Any = jnp.float32, std: float = 0.02
+) -> Params:
+    """Random params (normal(0, std) matrices, unit norms), e.g. for tests and from-scratch runs."""
+    is_shape = lambda s: isinstance(s, tuple)  # noqa: E731
+    flat, treedef = jax.tree_util.tree_flatten_with_path(param_shapes(cfg), is_leaf=is_shape)
+    keys = jax.random.split(key, len(flat))
+    out = []
+    for (path, shape), k in zip(flat, keys, strict=True):
+        if "norm" in jax.tree_util.keystr(path):
+            out.append(jnp.ones(shape, dtype))
+        else:
+            out.append((std * jax.random.normal(k, shape, jnp.float32)).astype(dtype))
+    return jax.tree.unflatten(treedef, out)
+
+
+class Decoder(nnx.Module):
+    """Flax NNX module over the params pytree; the math is ``forward``'s.
+
+    ``model(input_ids, attention_mask=None, *, lora=None, **kw)`` returns a ``DecoderOutput``
+    (``.logits`` ``[B, T, V]``). ``model.params`` is the plain pytree; ``model.config`` the
+    ``ModelConfig``. Build one from a pytree with ``Decoder(cfg, params)`` or from random
+    weights with ``Decoder.random(cfg, key)``.
+    """
+
+    def __init__(self, config: ModelConfig, params: Params):
+        self.config = config
+        self.embed = nnx.Param(params["embed"])
+        self.layers = nnx.Dict({k: nnx.Param(v) for k, v in params["layers"].items()})
+        self.final_norm = nnx.Param(params["final_norm"])
+        self.lm_head = None if config.tie_word_embeddings else nnx.Param(params["lm_head"])
+
+    @classmethod
+    def random(cls, config: ModelConfig, key: jax.Array, dtype: Any = jnp.float32) -> Decoder:
+        return cls(config, init_params(config, key, dtype))
+
+    @property
+    def params(self) -> Params:
+        out: Params = {
+            "embed": self.embed[...],
+            "layers": {k: v[...] for k, v in self.layers.items()},
+            "final_norm": self.final_norm[...],
+        }
+        if self.lm_head is not None:
+            out["lm_head"] = self.lm_head[...]
+        return out
+
+    def __call__(
+        self,
+        input_ids: jax.Array,
+        attention_mask: jax.Array | None = None,
+        *,
+        lora: tuple[LoRAWeights, jax.Array] | None = None,
+        **kwargs: Any,
+    ) -> DecoderOutput:
+        if "hidden_layers" in kwargs:
+            kwargs["hidden_layers"] = tuple(kwargs["hidden_layers"])
+        return jit_forward(
+            self.params, self.config, jnp.asarray(input_ids), attention_mask, lora=lora, **kwargs
+        )
