@@ -1,0 +1,204 @@
+"""The closed loop's configuration: one frozen dataclass per component, composed.
+
+``configs/*.yaml`` map 1:1 onto :class:`TrainConfig` (unknown keys are errors naming their
+dotted path). Every ablation of DESIGN §2 is a key:
+
+| ablation | key |
+| --- | --- |
+| reward-regression / classification router | ``router.head`` |
+| final-layer features | ``router.feature_layers: final`` |
+| fixed top-1/2/3 routing | ``router.routing: top_k`` + ``router.top_k`` |
+| no exploration | ``router.c_ucb: 0`` + ``router.w_ent: 0`` |
+| no margin (unbounded push) | ``router.unbounded_push: true`` |
+| lambda / margin sensitivity | ``router.lam`` / ``router.margin`` |
+| train/test tau mismatch | ``router.tau`` (train) and ``eval_tau`` (test) |
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from coevo_jax._config import ConfigError, load_yaml
+from coevo_jax.lora import LoRAConfig
+from coevo_jax.rl import RLConfig
+from coevo_jax.router import RouterConfig
+
+ENGINES = ("inprocess", "http")
+SETTINGS = ("homogeneous", "heterogeneous")
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """Where a backbone comes from.
+
+    Attributes:
+      path: ``"default"`` (the embedded SmolLM2-135M-Instruct GGUF), an HF model directory, a
+        ``.gguf`` file, or ``"random:<family>"`` for a tiny random model (tests).
+      name: the name recorded in exported adapters (``base_model_name_or_path``) and served
+        by the rollout server.
+      dtype: storage dtype of the frozen weights (``float32`` or ``bfloat16``).
+    """
+
+    path: str = "default"
+    name: str = "SmolLM2-135M-Instruct"
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        if self.dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"dtype must be float32 or bfloat16, got {self.dtype!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSpec:
+    """The training queries.
+
+    Attributes:
+      mixture: a mixture name for ``coevo data build`` (``cpu``, ``paper``), built into the
+        run directory when ``path`` is None.
+      path: a directory written by ``coevo data build`` (or a JSONL file of records).
+      split: which split of the mixture to train on.
+      max_input_tokens: prompts are left-truncated to this many tokens (paper: 800).
+    """
+
+    mixture: str = "cpu"
+    path: str | None = None
+    split: str = "train"
+    max_input_tokens: int = 800
+
+    def __post_init__(self):
+        if self.max_input_tokens < 8:
+            raise ValueError(f"max_input_tokens must be >= 8, got {self.max_input_tokens}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutSpec:
+    """Generation through the rollout engine (DESIGN §2 step 5, §6).
+
+    Attributes:
+      engine: ``inprocess`` (JAX sampler in this process) or ``http`` (vLLM protocol).
+      urls: server URLs for ``http`` (one per base model in the heterogeneous setting).
+      group_size: G completions per (query, activated agent) (paper: 8).
+      max_new_tokens: generation budget (paper: 1000).
+      temperature, top_p: sampling settings for training rollouts.
+      max_staleness: drop groups sampled more than this many versions ago (None = keep).
+      overlong_penalty: add the DAPO soft overlong penalty to rewards.
+      overlong_cache: L_cache of that penalty (tokens before max_new_tokens where it starts).
+      adapter_dir: where published adapter versions are written (default: run_dir/adapters).
+    """
+
+    engine: str = "inprocess"
+    urls: tuple[str, ...] = ()
+    group_size: int = 8
+    max_new_tokens: int = 1000
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_staleness: int | None = None
+    overlong_penalty: bool = False
+    overlong_cache: int = 200
+    adapter_dir: str | None = None
+
+    def __post_init__(self):
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
+        if self.engine == "http" and not self.urls:
+            raise ValueError("engine http needs rollout.urls")
+        if self.group_size < 2:
+            raise ValueError(
+                f"group_size must be >= 2 (advantages need a group), got {self.group_size}"
+            )
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.overlong_penalty and not 0 < self.overlong_cache < self.max_new_tokens:
+            raise ValueError("overlong_cache must be in (0, max_new_tokens)")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopSpec:
+    """Rounds, batching, logging and checkpoints (DESIGN §2 steps 1, 6, 9).
+
+    Attributes:
+      rounds: orchestration rounds to run.
+      queries_per_round: B_global distinct training queries per round (paper: 16).
+      groups_per_step: |Q_i|, query groups an agent's buffer must hold to take a policy
+        step, and how many it pops (paper: 16).
+      max_policy_steps: stop once any agent reaches this many steps (paper: 6000).
+      seed: everything random derives from it (paper: 42).
+      checkpoint_every: rounds between checkpoints (0 = only at the end).
+      keep_checkpoints: how many checkpoints to keep.
+      plot_every: rounds between plot refreshes (0 = only at the end).
+      eval_tau: tau used at inference (defaults to router.tau; set it for the mismatch ablation).
+    """
+
+    rounds: int = 100
+    queries_per_round: int = 16
+    groups_per_step: int = 16
+    max_policy_steps: int = 6000
+    seed: int = 42
+    checkpoint_every: int = 10
+    keep_checkpoints: int = 2
+    plot_every: int = 10
+    eval_tau: float | None = None
+
+    def __post_init__(self):
+        for name in ("rounds", "queries_per_round", "groups_per_step", "max_policy_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.checkpoint_every < 0 or self.plot_every < 0 or self.keep_checkpoints < 1:
+            raise ValueError("checkpoint_every/plot_every must be >= 0 and keep_checkpoints >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """A whole CERA-MoA run.
+
+    ``setting: homogeneous`` stacks ``lora.n_agents`` adapters on ``model``;
+    ``heterogeneous`` gives agent i its own backbone ``agent_models[i]`` (each with its
+    adapter and rollout server), routed by ``router_model`` (default: ``model``).
+    """
+
+    setting: str = "homogeneous"
+    model: ModelSpec = ModelSpec()
+    router_model: ModelSpec | None = None
+    agent_models: tuple[ModelSpec, ...] = ()
+    lora: LoRAConfig = LoRAConfig()
+    rl: RLConfig = RLConfig()
+    router: RouterConfig = RouterConfig()
+    data: DataSpec = DataSpec()
+    rollout: RolloutSpec = RolloutSpec()
+    loop: LoopSpec = LoopSpec()
+
+    def __post_init__(self):
+        if self.setting not in SETTINGS:
+            raise ValueError(f"setting must be one of {SETTINGS}, got {self.setting!r}")
+        if self.lora.n_agents != self.router.n_agents:
+            raise ValueError(
+                f"lora.n_agents ({self.lora.n_agents}) and router.n_agents ({self.router.n_agents}) must agree"
+            )
+        if self.setting == "heterogeneous":
+            if len(self.agent_models) != self.lora.n_agents:
+                raise ValueError(
+                    f"heterogeneous setting needs one agent_models entry per agent "
+                    f"({self.lora.n_agents}), got {len(self.agent_models)}"
+                )
+        elif self.agent_models:
+            raise ValueError("agent_models is only for setting: heterogeneous")
+        if self.data.max_input_tokens > self.router.max_prompt_tokens:
+            raise ValueError(
+                f"data.max_input_tokens ({self.data.max_input_tokens}) exceeds "
+                f"router.max_prompt_tokens ({self.router.max_prompt_tokens})"
+            )
+
+    @property
+    def eval_tau(self) -> float:
+        return self.router.tau if self.loop.eval_tau is None else self.loop.eval_tau
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
+    """Loads a YAML run config (default: ``configs/cpu_default.yaml``) with ``key=value`` overrides."""
+    if path is None:
+        path = CONFIG_DIR / "cpu_default.yaml"
+        if not path.is_file():
+            raise ConfigError(f"default config {path} is missing from this install")
+    return load_yaml(TrainConfig, path, overrides)
