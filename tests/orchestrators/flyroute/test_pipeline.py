@@ -1,0 +1,124 @@
+import dataclasses
+import random
+
+import pytest
+
+from coevo_jax.orchestrators.flyroute.bench_data import LabeledQuery, build_benchmark
+from coevo_jax.orchestrators.flyroute.config import FlyRouteConfig
+from coevo_jax.orchestrators.flyroute.distill import DISTILL_TAG
+from coevo_jax.orchestrators.flyroute.pipeline import AGENT_TAG, FlyRoute
+from coevo_jax.orchestrators.flyroute.profiles import ProfileStore
+from coevo_jax.orchestrators.flyroute.query import Query
+from coevo_jax.orchestrators.flyroute.replay import replay
+
+from .flyroute_fakes import ScriptedLLM, expert_for, make_records, topic_query
+
+AGENTS = ("math", "code", "instructions", "reasoning")
+
+
+def _store():
+    s = ProfileStore()
+    for a in AGENTS:
+        s.register(a, [topic_query(a, i, f"seed{i}") for i in range(5)], f"The {a} agent.")
+    return s
+
+
+def _stream(n, rng=None, agents=AGENTS):
+    rng = rng or random.Random(0)
+    out = []
+    for i in range(n):
+        a = rng.choice(agents)
+        out.append((Query(f"q{i}", topic_query(a, i, f"item{i}")), a))
+    return out
+
+
+def test_success_store_fills_with_gated_answers_only():
+    s = _store()
+    llm = ScriptedLLM()
+    fr = FlyRoute.from_llm(s, llm, FlyRouteConfig(distill_every=1000))
+    stream = _stream(40)
+    for q, _ in stream:
+        res = fr.step(q)
+        assert res.dispatched[0] == res.route.agents[0] == expert_for(q.text)
+        assert res.stored == [expert_for(q.text)]  # explored non-experts are judged 0.2
+        assert set(res.dispatched) == set(res.responses) == set(res.verdicts)
+    for a in AGENTS:
+        gated = [e for e in s[a].successes if not e.is_seed]
+        assert len(gated) == sum(g == a for _, g in stream)
+        assert all(e.score == 0.9 and e.provenance["gate"] == "judge" for e in gated)
+        assert all(expert_for(e.query) == a for e in gated)
+    assert fr.stats["stored"] == 40 and fr.stats["explored"] > 0
+    assert {r.agent for r in llm.by_tag(AGENT_TAG)} <= set(AGENTS)
+
+
+def test_exploration_reaches_new_agent_only_on_relevant_queries():
+    s = _store()
+    for a in AGENTS:  # established agents: large stores, low uncertainty
+        for i in range(30):
+            s.add_success(a, topic_query(a, i, f"old{i}"), "r", 0.9)
+    s.register("chem", [f"chemistry molecule bond seed{i}" for i in range(5)], "Chemistry helper.")
+    llm = ScriptedLLM(router="reasoning")  # the router never picks the new agent
+    fr = FlyRoute.from_llm(s, llm, FlyRouteConfig(distill_every=1000))
+    relevant, irrelevant = 0, 0
+    for i in range(30):
+        if i % 3 == 0:
+            q = Query(f"c{i}", f"chemistry of molecule number{i}")
+        else:
+            q = Query(f"o{i}", topic_query(AGENTS[i % 4], i, f"new{i}"))
+        res = fr.step(q)
+        is_rel = "chemistry" in q.text
+        assert ("chem" in res.dispatched) == is_rel, (q.text, res.exploration.vplus)
+        if is_rel:
+            relevant += 1
+            assert "chem" in res.exploration.selected and res.exploration.r["chem"] == 1.0
+            assert res.stored == ["chem"]  # judged a success, so the profile learns
+        else:
+            irrelevant += 1
+            assert res.exploration.r["chem"] == 0.0
+    assert relevant == 10 and irrelevant == 20
+    gated = [e for e in s["chem"].successes if not e.is_seed]
+    assert len(gated) == 10 and all(e.provenance["explore"] for e in gated)
+
+
+def test_distillation_triggers_every_m_successes():
+    s = _store()
+    llm = ScriptedLLM()
+    fr = FlyRoute.from_llm(s, llm, FlyRouteConfig(distill_every=4, n_explore=0))
+    distilled_at = {a: [] for a in AGENTS}
+    for q, _ in _stream(60, random.Random(1)):
+        res = fr.step(q)
+        for a in res.distilled:
+            distilled_at[a].append(s[a].n_gated)
+    for a in AGENTS:
+        n = s[a].n_gated
+        assert distilled_at[a] == list(range(4, n + 1, 4))
+        assert [v.n_successes for v in s[a].learned] == distilled_at[a]
+        assert s[a].active_description.startswith("handles queries like")
+    assert len(llm.by_tag(DISTILL_TAG)) == sum(len(v) for v in distilled_at.values())
+
+
+def test_gold_route_is_not_part_of_the_query_type():
+    assert [f.name for f in dataclasses.fields(Query)] == ["id", "text"]
+    fr = FlyRoute.from_llm(_store(), ScriptedLLM())
+    item = LabeledQuery(Query("x", "integral"), gold="math", domain="math")
+    for bad in (item, {"id": "x", "text": "integral", "gold": "math"}, "integral"):
+        with pytest.raises(TypeError, match="Query"):
+            fr.step(bad)
+        with pytest.raises(TypeError, match="Query"):
+            fr.route([bad])
+
+
+def test_gold_labels_cannot_change_what_the_pipeline_does(tmp_path):
+    bench = build_benchmark(make_records(10), k=5, test_fraction=0.2)
+    rng = random.Random(7)
+    wrong = tuple(
+        dataclasses.replace(it, gold=rng.choice(AGENTS), domain="x") for it in bench.train
+    )
+    runs = []
+    for train in (bench.train, wrong):
+        llm = ScriptedLLM()
+        store = bench.register(ProfileStore())
+        fr = FlyRoute.from_llm(store, llm, FlyRouteConfig(distill_every=2))
+        replay(fr, train, bench.test, checkpoints=[0, len(train)], progress=False)
+        runs.append((list(store.events()), [dataclasses.astuple(r) for r in llm.calls]))
+    assert runs[0] == runs[1]
