@@ -1,0 +1,126 @@
+"""Training plots as PNG (the paper's Figures 3, 5, 6, 7), written during and after a run.
+
+- ``system_reward.png``: system and per-agent mean reward over rounds;
+- ``updates_per_agent.png``: cumulative policy steps per agent (the adaptive update frequency);
+- ``familiarity_by_class.png``: mean familiarity per agent and task class (heat map);
+- ``activated_agents.png``: histogram of how many agents each query activated;
+- ``router_tsne.png``: t-SNE of router features coloured by the most familiar activated agent.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from coevo_jax.train.metrics import read_metrics  # noqa: E402
+
+FEATURES_FILE = "router_features.npz"
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.stem}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
+
+
+def plot_run(run_dir: str | os.PathLike) -> list[Path]:
+    """Writes every plot the run's data allows into ``run_dir/plots``; returns their paths."""
+    run_dir = Path(run_dir)
+    out_dir = run_dir / "plots"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = read_metrics(run_dir)
+    written: list[Path] = []
+    if rows:
+        written += _reward(rows, out_dir)
+        written += _updates(rows, out_dir)
+        written += _familiarity(rows, out_dir)
+        written += _activations(rows, out_dir)
+    feats = run_dir / FEATURES_FILE
+    if feats.is_file():
+        written += _tsne(feats, out_dir)
+    return written
+
+
+def _reward(rows: list[dict], out_dir: Path) -> list[Path]:
+    r = [m["round"] for m in rows]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(r, [m["system_reward"] for m in rows], "k-o", lw=2, ms=3, label="system")
+    n = len(rows[0]["agent_reward"])
+    for i in range(n):
+        ys = [m["agent_reward"][i] for m in rows]
+        ax.plot(r, [np.nan if y is None else y for y in ys], "-", alpha=0.7, label=f"agent {i}")
+    ax.set(xlabel="round", ylabel="mean reward", title="Reward over training")
+    ax.legend(fontsize=8, ncol=2)
+    ax.grid(alpha=0.3)
+    return [_save(fig, out_dir / "system_reward.png")]
+
+
+def _updates(rows: list[dict], out_dir: Path) -> list[Path]:
+    r = [m["round"] for m in rows]
+    ups = np.array([m["updates"] for m in rows])
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i in range(ups.shape[1]):
+        ax.step(r, ups[:, i], where="post", label=f"agent {i}")
+    ax.set(xlabel="round", ylabel="cumulative policy steps", title="Updates per agent")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return [_save(fig, out_dir / "updates_per_agent.png")]
+
+
+def _familiarity(rows: list[dict], out_dir: Path) -> list[Path]:
+    tail = rows[-max(1, len(rows) // 4) :]
+    classes = sorted({c for m in tail for c in m["familiarity"]["by_class"]})
+    if not classes:
+        return []
+    n = len(tail[0]["familiarity"]["mean"])
+    grid = np.full((n, len(classes)), np.nan)
+    for j, c in enumerate(classes):
+        vals = [m["familiarity"]["by_class"][c] for m in tail if c in m["familiarity"]["by_class"]]
+        grid[:, j] = np.mean(np.array(vals, dtype=float), axis=0)
+    fig, ax = plt.subplots(figsize=(1.6 + 1.2 * len(classes), 1.2 + 0.6 * n))
+    im = ax.imshow(grid, cmap="viridis", vmin=0, vmax=1, aspect="auto")
+    ax.set_xticks(range(len(classes)), classes)
+    ax.set_yticks(range(n), [f"agent {i}" for i in range(n)])
+    for i in range(n):
+        for j in range(len(classes)):
+            ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", color="w", fontsize=8)
+    ax.set_title(f"Mean familiarity (last {len(tail)} rounds)")
+    fig.colorbar(im, ax=ax)
+    return [_save(fig, out_dir / "familiarity_by_class.png")]
+
+
+def _activations(rows: list[dict], out_dir: Path) -> list[Path]:
+    hist = np.sum([m["activated"]["histogram"] for m in rows], axis=0)
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.bar(np.arange(1, len(hist) + 1), hist, color="tab:blue")
+    ax.set(xlabel="activated agents per query", ylabel="queries", title="Activation sizes")
+    ax.set_xticks(np.arange(1, len(hist) + 1))
+    return [_save(fig, out_dir / "activated_agents.png")]
+
+
+def _tsne(path: Path, out_dir: Path) -> list[Path]:
+    data = np.load(path)
+    h, agent = data["h"].astype(np.float32), data["agent"]
+    if len(h) < 5:
+        return []
+    from sklearn.manifold import TSNE
+
+    perplexity = float(min(30, max(2, (len(h) - 1) // 3)))
+    xy = TSNE(n_components=2, perplexity=perplexity, init="pca", random_state=0).fit_transform(h)
+    fig, ax = plt.subplots(figsize=(5.5, 4.5))
+    for a in np.unique(agent):
+        sel = agent == a
+        ax.scatter(xy[sel, 0], xy[sel, 1], s=12, label=f"agent {a}", alpha=0.8)
+    ax.set(title="Router features (t-SNE), by routed agent", xticks=[], yticks=[])
+    ax.legend(fontsize=8)
+    return [_save(fig, out_dir / "router_tsne.png")]
