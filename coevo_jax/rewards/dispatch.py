@@ -1,0 +1,261 @@
+"""One entry point for every verifier, and a batch scorer that never hangs the trainer.
+
+:func:`score` dispatches on the record's class (``math | code | if | reasoning``); a record is
+a :class:`coevo_jax.data.Record` or any mapping with the same keys (``"class"`` or ``cls``).
+
+:func:`score_batch` runs items in a pool of worker processes that it owns (not
+``concurrent.futures``: that pool cannot kill one stuck task). Each item has a deadline, its
+class's timeout plus ``grace_s``; a worker past it is SIGKILLed and replaced, and the item
+scores 0. The sandbox and math verifiers keep their own, shorter clocks, so the kill is the
+last resort (a C-level SymPy loop, an interpreter bug). Workers come from a ``forkserver``
+that has already imported the verifiers, so a replacement starts in milliseconds and the
+trainer's (JAX) process is never forked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from multiprocessing.connection import wait
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+CLASSES = ("math", "code", "if", "reasoning")
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardConfig:
+    """Verifier settings.
+
+    Attributes:
+      math_timeout_s: wall clock of the SymPy stage of one math item.
+      code_timeout_s: wall clock of one program (compile + all tests), DESIGN.md §5: 10 s.
+      code_strict: code reward 1 only if all tests pass (else the pass fraction).
+      if_strict: IFEval reward 1 only if all instructions hold (else the fraction).
+      if_loose: use IFEval's loose variant (also tries the response without its first/last
+        line and without ``*``).
+      grace_s: extra time before the batch pool kills a worker stuck on an item.
+      if_timeout_s, reasoning_timeout_s: batch deadlines for those classes.
+    """
+
+    math_timeout_s: float = 5.0
+    code_timeout_s: float = 10.0
+    code_strict: bool = False
+    if_strict: bool = False
+    if_loose: bool = False
+    grace_s: float = 5.0
+    if_timeout_s: float = 10.0
+    reasoning_timeout_s: float = 5.0
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name.endswith("_s") and not v > 0:
+                raise ValueError(f"RewardConfig.{f.name} must be > 0, got {v}")
+
+    def timeout_for(self, cls: str) -> float:
+        return {
+            "math": self.math_timeout_s,
+            "code": self.code_timeout_s,
+            "if": self.if_timeout_s,
+            "reasoning": self.reasoning_timeout_s,
+        }.get(cls, self.reasoning_timeout_s)
+
+
+def _field(record: Any, key: str) -> Any:
+    if isinstance(record, Mapping) or hasattr(record, "get"):
+        value = record.get(key)
+        if value is None and key == "class":
+            value = record.get("cls")
+        return value
+    if key == "class":
+        return getattr(record, "cls", None) or getattr(record, "klass", None)
+    return getattr(record, key, None)
+
+
+def record_class(record: Any) -> str:
+    cls = _field(record, "class")
+    if cls not in CLASSES:
+        rid = _field(record, "id")
+        raise ValueError(f"record {rid!r}: field 'class' must be one of {CLASSES}, got {cls!r}")
+    return cls
+
+
+def _plain_record(record: Any) -> dict[str, Any]:
+    keys = ("id", "class", "true_answer", "test_cases", "fn_name", "instruction_id_list", "kwargs")
+    return {k: _field(record, k) for k in keys}
+
+
+def score(
+    record: Any, completion: str, *, config: RewardConfig = RewardConfig(), _in_worker=False
+) -> float:
+    """The reward of ``completion`` for ``record``, in [0, 1]; errors in verification score 0.
+
+    A record whose class is unknown raises ``ValueError`` (that is a data bug, not a bad
+    completion).
+    """
+    cls = record_class(record)
+    try:
+        if cls == "math":
+            from coevo_jax.rewards import math as math_reward
+
+            return math_reward.score(
+                completion,
+                _field(record, "true_answer") or "",
+                timeout_s=config.math_timeout_s,
+                isolate=not _in_worker,
+            )
+        if cls == "reasoning":
+            from coevo_jax.rewards import reasoning
+
+            return reasoning.score(completion, _field(record, "true_answer") or "")
+        if cls == "code":
+            from coevo_jax.rewards import code
+
+            return code.score(
+                completion,
+                _field(record, "test_cases") or {},
+                fn_name=_field(record, "fn_name"),
+                timeout_s=config.code_timeout_s,
+                strict=config.code_strict,
+            )
+        from coevo_jax.rewards import ifeval
+
+        return ifeval.score(
+            completion,
+            list(_field(record, "instruction_id_list") or []),
+            [dict(k or {}) for k in (_field(record, "kwargs") or [])],
+            strict=config.if_strict,
+            loose=config.if_loose,
+        )
+    except Exception as e:  # a verifier bug must cost one item, not the run
+        log.warning("reward: record %r (%s) failed to score: %s", _field(record, "id"), cls, e)
+        return 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# The batch pool.
+
+
+def _worker_main(conn, config: RewardConfig) -> None:
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        idx, record, completion = msg
+        value = score(record, completion, config=config, _in_worker=True)
+        conn.send((idx, value))
+
+
+class _Worker:
+    def __init__(self, ctx, config: RewardConfig):
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, args=(child, config), daemon=True)
+        self.proc.start()
+        child.close()
+        self.item: int | None = None
+        self.deadline = 0.0
+
+    def kill(self):
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join()
+        self.conn.close()
+
+
+def _context():
+    from coevo_jax.rewards._isolate import forkserver_context
+
+    return forkserver_context()
+
+
+def score_batch(
+    records: Sequence[Any],
+    completions: Sequence[str],
+    *,
+    workers: int = 2,
+    config: RewardConfig = RewardConfig(),
+    progress: bool = False,
+) -> list[float]:
+    """Scores ``completions[i]`` against ``records[i]`` in ``workers`` processes.
+
+    A pathological item costs its class's timeout (plus ``config.grace_s`` at worst) and a 0;
+    it never stops the batch. Returns one float per item, in order.
+    """
+    if len(records) != len(completions):
+        raise ValueError(f"{len(records)} records but {len(completions)} completions")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    n = len(records)
+    results = [0.0] * n
+    if n == 0:
+        return results
+    items = []
+    for i, r in enumerate(records):
+        items.append((i, _plain_record(r), completions[i] or "", record_class(r)))
+    ctx = _context()
+    pending = deque(items)
+    pool = [_Worker(ctx, config) for _ in range(min(workers, n))]
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=n, desc="rewards", unit="item")
+    done = 0
+    try:
+        while done < n:
+            for w in pool:
+                if w.item is None and pending:
+                    i, rec, comp, cls = pending.popleft()
+                    w.item = i
+                    w.deadline = time.monotonic() + config.timeout_for(cls) + config.grace_s
+                    w.conn.send((i, rec, comp))
+            busy = [w for w in pool if w.item is not None]
+            now = time.monotonic()
+            timeout = max(0.0, min(w.deadline for w in busy) - now)
+            ready = wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout)
+            for k, w in enumerate(pool):
+                if w.item is None:
+                    continue
+                finished = False
+                if w.conn in ready:
+                    try:
+                        idx, value = w.conn.recv()
+                        results[idx] = float(value)
+                        finished = True
+                    except (EOFError, OSError):
+                        pass
+                if finished:
+                    w.item = None
+                elif w.proc.sentinel in ready or time.monotonic() >= w.deadline:
+                    if w.proc.is_alive():
+                        log.warning("reward: item %d timed out; worker killed", w.item)
+                    else:
+                        log.warning("reward: worker died on item %d", w.item)
+                    w.kill()
+                    pool[k] = _Worker(ctx, config)
+                else:
+                    continue
+                done += 1
+                if bar is not None:
+                    bar.update(1)
+    finally:
+        for w in pool:
+            try:
+                if w.item is None and w.proc.is_alive():
+                    w.conn.send(None)
+            except OSError:
+                pass
+            w.kill() if w.item is not None else w.proc.join(timeout=1.0)
+            if w.proc.is_alive():
+                w.kill()
+        if bar is not None:
+            bar.close()
+    return results

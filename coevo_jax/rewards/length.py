@@ -1,0 +1,34 @@
+"""DAPO's soft overlong penalty, our reading of the seed's "linear length penalty".
+
+    penalty(L) = 0                                  if L <= L_max - L_cache
+               = ((L_max - L_cache) - L) / L_cache  if L_max - L_cache < L <= L_max
+               = -1                                 if L > L_max
+
+A pure function of arrays, usable under ``jit``/``vmap``; it is added to the verifier reward.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+
+def soft_overlong_penalty(lengths, max_length: int, cache_length: int):
+    """Per-sequence penalty in [-1, 0].
+
+    Args:
+      lengths: completion lengths in tokens, any shape, int or float.
+      max_length: ``L_max``, the generation limit.
+      cache_length: ``L_cache``, the width of the linear ramp (0 < L_cache <= L_max).
+
+    Returns:
+      float32 array of ``lengths.shape``; not differentiated (rewards are constants).
+    """
+    if not 0 < cache_length <= max_length:
+        raise ValueError(
+            f"need 0 < cache_length <= max_length, got cache_length={cache_length}, "
+            f"max_length={max_length}"
+        )
+    lengths = jnp.asarray(lengths, jnp.float32)
+    start = max_length - cache_length
+    ramp = (start - lengths) / cache_length
+    return jnp.clip(jnp.where(lengths <= start, 0.0, ramp), -1.0, 0.0)
