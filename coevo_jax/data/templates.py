@@ -1,0 +1,102 @@
+"""Zero-shot, role-free prompt templates (seed 000, "Figure 4"; DESIGN.md §9).
+
+A prompt is the raw problem plus one output-format line for its class; no system prompt,
+no persona, no few-shot examples:
+
+- math, reasoning: the final answer in ``\\boxed{}``;
+- code: one fenced python block, naming the function to write (call-form and assert-form
+  tasks) or stating the stdin/stdout contract;
+- if: the prompt exactly as the source wrote it (its constraints are the format).
+
+:func:`render_chat` wraps the prompt as a single user turn in the tokenizer's chat template
+(thinking off where the template has it; see ``coevo_jax.models.tokenizer.Tokenizer``) and
+left-truncates to the input limit (800 tokens in the paper). Truncation cuts the start of the
+problem and keeps the template's header and the format line, so a truncated prompt is still
+a well-formed turn that says how to answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from coevo_jax.data.record import Record
+
+MATH_FORMAT = "Put your final answer within \\boxed{}."
+REASONING_FORMAT = "Put your final answer within \\boxed{}."
+CODE_FN_FORMAT = (
+    "Write the Python function `{fn_name}` and return the complete code in one "
+    "```python code block."
+)
+CODE_STDIO_FORMAT = (
+    "Write a Python program that reads the input from standard input and prints the answer "
+    "to standard output. Return the complete code in one ```python code block."
+)
+
+
+class ChatTokenizer(Protocol):
+    """What :func:`render_chat` needs from a tokenizer (docs/interfaces.md)."""
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]: ...
+
+    def apply_chat_template(
+        self, messages: list[dict[str, str]], add_generation_prompt: bool = True
+    ) -> str: ...
+
+
+def format_line(record: Record | Mapping[str, Any]) -> str | None:
+    """The one format instruction appended for this record's class (``None`` for ``if``)."""
+    cls = record["class"]  # Record supports the JSON keys too
+    if cls == "math":
+        return MATH_FORMAT
+    if cls == "reasoning":
+        return REASONING_FORMAT
+    if cls == "code":
+        fn = record.get("fn_name")
+        return CODE_FN_FORMAT.format(fn_name=fn) if fn else CODE_STDIO_FORMAT
+    if cls == "if":
+        return None
+    raise ValueError(f"record {record.get('id')!r}: unknown class {cls!r}")
+
+
+def render_prompt(record: Record | Mapping[str, Any]) -> str:
+    """The user message for ``record``: its problem, a blank line, its format line."""
+    problem = record["problem"]
+    line = format_line(record)
+    if line is None:
+        return problem
+    return f"{problem.rstrip()}\n\n{line}"
+
+
+def render_chat(
+    record: Record | Mapping[str, Any], tokenizer: ChatTokenizer, max_input_tokens: int = 800
+) -> list[int]:
+    """Token ids of the chat-templated prompt, at most ``max_input_tokens`` long.
+
+    Over the limit, tokens are dropped from the left of the user content only: the result is
+    ``encode(prefix) + encode(content)[-k:] + encode(suffix)``, where ``prefix``/``suffix`` are
+    the template around the content and ``k`` fills the budget exactly. Deterministic; raises
+    ``ValueError`` if the template alone exceeds the budget.
+    """
+    if max_input_tokens <= 0:
+        raise ValueError(f"max_input_tokens must be positive, got {max_input_tokens}")
+    content = render_prompt(record)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": content}], add_generation_prompt=True
+    )
+    ids = list(tokenizer.encode(text, add_special_tokens=False))
+    if len(ids) <= max_input_tokens:
+        return ids
+    at = text.rfind(content)
+    if at < 0:
+        raise ValueError("the chat template altered the user content; cannot truncate it alone")
+    prefix = list(tokenizer.encode(text[:at], add_special_tokens=False))
+    suffix = list(tokenizer.encode(text[at + len(content) :], add_special_tokens=False))
+    budget = max_input_tokens - len(prefix) - len(suffix)
+    if budget <= 0:
+        raise ValueError(
+            f"the chat template alone takes {len(prefix) + len(suffix)} tokens, over the "
+            f"{max_input_tokens}-token input limit"
+        )
+    body = list(tokenizer.encode(content, add_special_tokens=False))
+    return prefix + body[-budget:] + suffix
