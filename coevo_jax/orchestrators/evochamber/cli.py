@@ -1,0 +1,101 @@
+"""``coevo evochamber``: run EvoChamber over a task stream and write its report.
+
+    coevo evochamber --stream aflow --data data/offline --engine inprocess --model PATH \\
+        --tasks 20 --out runs/evo [--baselines] [--config cfg.yaml] [--set alpha=0.2 ...]
+
+The LLM comes from ``rollout_bridge.text.make_text_llm(engine, url=..., model=..., seed=...)``
+(imported lazily: ``coevo_jax`` does not import ``rollout_bridge`` at module level). Rewards
+come from ``coevo_jax.rewards.score``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "evochamber", help="test-time co-evolution of an agent pool over a task stream (seed 002)"
+    )
+    p.add_argument("--stream", required=True, choices=("hard_math", "hard_code", "aflow"))
+    p.add_argument(
+        "--data", default="data/offline", help="directory of source JSONL files (see streams.py)"
+    )
+    p.add_argument("--engine", default="inprocess", choices=("inprocess", "http"))
+    p.add_argument("--url", default=None, help="server URL for --engine http")
+    p.add_argument("--model", default=None, help="model path/name for the engine")
+    p.add_argument(
+        "--tasks", type=int, default=None, help="about this many tasks, every niche kept"
+    )
+    p.add_argument(
+        "--out", required=True, help="output directory (events, transcript, report, PNGs)"
+    )
+    p.add_argument("--config", default=None, help="EvoChamberConfig YAML")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--embedder", default="auto", choices=("auto", "minilm", "hash"))
+    p.add_argument("--baselines", action="store_true", help="also run single-agent and SC@5")
+    p.add_argument("--seed", type=int, default=None, help="overrides the config's seed")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=main)
+
+
+def make_llm(engine: str, url: str | None, model: str | None, seed: int):
+    try:
+        from rollout_bridge.text import make_text_llm
+    except ImportError as e:
+        raise SystemExit(
+            "coevo evochamber: the rollout bridge's text LLM (rollout_bridge.text.make_text_llm) "
+            f"is not available in this build ({e}). Install the full project or use the Python "
+            "API with your own TextLLM (coevo_jax.orchestrators.evochamber.loop.run_stream)."
+        ) from e
+    if engine == "http" and not url:
+        raise SystemExit("coevo evochamber: --engine http needs --url")
+    return make_text_llm(engine, url=url, model=model, seed=seed)
+
+
+def main(args: argparse.Namespace) -> int:
+    from coevo_jax._config import apply_overrides, from_dict, load_yaml, to_dict
+    from coevo_jax.orchestrators.evochamber import baselines as bl
+    from coevo_jax.orchestrators.evochamber.config import EvoChamberConfig
+    from coevo_jax.orchestrators.evochamber.embed import make_embedder
+    from coevo_jax.orchestrators.evochamber.loop import Runtime, default_reward_fn, run_stream
+    from coevo_jax.orchestrators.evochamber.report import write_report
+    from coevo_jax.orchestrators.evochamber.streams import build_stream
+
+    overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
+    if args.config:
+        cfg = load_yaml(EvoChamberConfig, args.config, overrides)
+    else:
+        cfg = from_dict(EvoChamberConfig, apply_overrides(to_dict(EvoChamberConfig()), overrides))
+    records = build_stream(args.stream, args.data, limit=args.tasks, seed=cfg.seed)
+    llm = make_llm(args.engine, args.url, args.model, cfg.seed)
+    reward_fn = default_reward_fn()
+    rt = Runtime(llm, reward_fn, make_embedder(args.embedder, cfg.embed_dim), cfg)
+    out = Path(args.out)
+    result = run_stream(records, rt, out_dir=out, progress=not args.no_progress)
+    base = {}
+    if args.baselines:
+        base["single_agent"] = bl.single_agent(
+            records, llm, reward_fn, cfg, progress=not args.no_progress
+        )
+        base["sc@5"] = bl.self_consistency(
+            records, llm, reward_fn, cfg, k=5, progress=not args.no_progress
+        )
+    s = write_report(result.events, cfg, out, baselines=base, counters=result.state.counters)
+    print(
+        json.dumps(
+            {
+                "tasks": s["tasks"],
+                "accuracy": s["accuracy"],
+                "accuracy_per_niche": s["accuracy_per_niche"],
+                **{f"{k}_accuracy": v["accuracy"] for k, v in base.items()},
+                "out": str(out),
+            },
+            indent=2,
+        )
+    )
+    print((out / "report.md").read_text(), file=sys.stderr)
+    return 0

@@ -1,0 +1,110 @@
+import argparse
+import json
+import sys
+import types
+
+import pytest
+
+from coevo_jax.orchestrators.evochamber import cli
+from coevo_jax.orchestrators.evochamber.scripted import ScriptedLLM, boxed_reward
+
+
+def parser():
+    p = argparse.ArgumentParser()
+    cli.register(p.add_subparsers())
+    return p
+
+
+def test_register_parses_the_documented_flags():
+    a = parser().parse_args(
+        [
+            "evochamber",
+            "--stream",
+            "aflow",
+            "--engine",
+            "http",
+            "--url",
+            "http://h:1",
+            "--tasks",
+            "20",
+            "--out",
+            "o",
+            "--set",
+            "alpha=0.2",
+        ]
+    )
+    assert (a.stream, a.engine, a.url, a.tasks, a.out, a.overrides) == (
+        "aflow",
+        "http",
+        "http://h:1",
+        20,
+        "o",
+        ["alpha=0.2"],
+    )
+    assert a.func is cli.main
+    with pytest.raises(SystemExit):
+        parser().parse_args(["evochamber", "--stream", "nope", "--out", "o"])
+
+
+def test_missing_bridge_gives_a_clear_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "rollout_bridge.text", None)  # import fails
+    with pytest.raises(SystemExit, match="rollout_bridge.text.make_text_llm"):
+        cli.make_llm("inprocess", None, None, 0)
+
+
+def test_main_end_to_end_with_a_scripted_bridge(tmp_path, monkeypatch, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    recs = [
+        {"id": f"g{i}", "class": "math", "problem": f"[g{i}] add", "true_answer": str(i)}
+        for i in range(6)
+    ]
+    recs_m = [
+        {
+            "id": f"m{i}",
+            "class": "math",
+            "problem": f"[m{i}] mul",
+            "true_answer": str(i),
+            "metadata": {"level": 5},
+        }
+        for i in range(6)
+    ]
+    (data / "gsm8k.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (data / "math.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs_m))
+    stream = [dict(r, niche="gsm8k") for r in recs] + [dict(r, niche="math") for r in recs_m]
+    fake = types.ModuleType("rollout_bridge.text")
+    fake.make_text_llm = lambda engine, url=None, model=None, seed=0: ScriptedLLM(
+        stream, {}, default=0.6
+    )
+    monkeypatch.setitem(sys.modules, "rollout_bridge.text", fake)
+    monkeypatch.setattr(
+        "coevo_jax.orchestrators.evochamber.loop.default_reward_fn", lambda: boxed_reward
+    )
+    out = tmp_path / "run"
+    args = parser().parse_args(
+        [
+            "evochamber",
+            "--stream",
+            "aflow",
+            "--data",
+            str(data),
+            "--tasks",
+            "8",
+            "--out",
+            str(out),
+            "--embedder",
+            "hash",
+            "--baselines",
+            "--no-progress",
+            "--set",
+            "pool_size=5",
+            "--set",
+            "tau=4",
+        ]
+    )
+    assert args.func(args) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["tasks"] == 8 and set(printed["accuracy_per_niche"]) == {"gsm8k", "math"}
+    assert "single_agent_accuracy" in printed and "sc@5_accuracy" in printed
+    for f in ("events.jsonl", "transcript.jsonl", "report.json", "report.md", "anchor_counts.png"):
+        assert (out / f).is_file()
