@@ -1,0 +1,136 @@
+"""Router configuration (CERA-MoA §2 steps 2-4 and 8; seed 001 appendix B defaults).
+
+One frozen dataclass, loadable from YAML through :func:`coevo_jax._config.from_dict`. Every
+ablation the seeds report is a field here, never a code fork:
+
+- ``head``: ``"familiarity"`` (the paper's push-pull estimator), ``"regression"`` (an MLP
+  predicts each agent's mean reward, MSE) or ``"classification"`` (softmax over agents, the
+  best activated agent as target).
+- ``feature_layers``: ``"mid"`` (hidden states after blocks ``floor(L/2)`` and
+  ``floor(3L/4)``, concatenated) or ``"final"`` (the last hidden state only).
+- ``routing``: ``"threshold"`` (cumulative familiarity reaches ``tau``) or ``"top_k"``.
+- ``c_ucb = w_ent = 0``: no exploration. ``unbounded_push``: no margin.
+- ``lam``, ``margin``, ``tau``: sensitivity runs (see ``allow_no_fallback``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Literal
+
+HEADS = ("familiarity", "regression", "classification")
+FEATURE_LAYERS = ("mid", "final")
+ROUTINGS = ("threshold", "top_k")
+
+
+@dataclasses.dataclass(frozen=True)
+class RouterConfig:
+    """Hyperparameters of the router.
+
+    Attributes:
+      n_agents: N, the number of agents routed over.
+      head: which estimator maps features to per-agent scores (see module docstring).
+      feature_layers: ``"mid"`` or ``"final"`` features from the router backbone.
+      max_prompt_tokens: queries are left-truncated to this many tokens before the feature
+        pass (the paper's 800-token input limit).
+      hidden: width of every head's hidden layer (paper: 512).
+      out_dim: output width of the familiarity predictor and target heads (paper: 256).
+      lam: lambda in ``f = exp(-lam * d)`` (paper: 2.0).
+      tau: cumulative-familiarity threshold (paper: 0.7).
+      margin: m, the hinge margin for negative advantages (paper: 1.0).
+      unbounded_push: ablation "no margin": a negative advantage pushes ``d`` up without the
+        ``max(0, m - d)`` cut-off.
+      lr: Adam learning rate of the trainable heads (paper: 1e-4).
+      c_ucb: weight of the UCB bonus ``log(T) / (n_i + 1)`` in the training-time score.
+      w_ent: weight of the historical mean generation entropy in the training-time score.
+      routing: ``"threshold"`` (the paper) or ``"top_k"`` (fixed top-k ablations).
+      top_k: k for ``routing="top_k"``.
+      allow_no_fallback: accept configs with ``n_agents * exp(-lam * margin) > tau`` (the
+        paper's lambda = 1.0 sensitivity run needs this); otherwise they are refused.
+      seed: PRNG seed for head initialisation.
+    """
+
+    n_agents: int = 4
+    head: Literal["familiarity", "regression", "classification"] = "familiarity"
+    feature_layers: Literal["mid", "final"] = "mid"
+    max_prompt_tokens: int = 800
+    hidden: int = 512
+    out_dim: int = 256
+    lam: float = 2.0
+    tau: float = 0.7
+    margin: float = 1.0
+    unbounded_push: bool = False
+    lr: float = 1e-4
+    c_ucb: float = 2.0
+    w_ent: float = 2.0
+    routing: Literal["threshold", "top_k"] = "threshold"
+    top_k: int = 1
+    allow_no_fallback: bool = False
+    seed: int = 42
+
+    def __post_init__(self):
+        if self.n_agents < 1:
+            raise ValueError(f"n_agents must be >= 1, got {self.n_agents}")
+        if self.head not in HEADS:
+            raise ValueError(f"head must be one of {HEADS}, got {self.head!r}")
+        if self.feature_layers not in FEATURE_LAYERS:
+            raise ValueError(
+                f"feature_layers must be one of {FEATURE_LAYERS}, got {self.feature_layers!r}"
+            )
+        if self.routing not in ROUTINGS:
+            raise ValueError(f"routing must be one of {ROUTINGS}, got {self.routing!r}")
+        for name in ("max_prompt_tokens", "hidden", "out_dim"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 1 <= self.top_k <= self.n_agents:
+            raise ValueError(f"top_k must be in [1, n_agents={self.n_agents}], got {self.top_k}")
+        if not self.lam > 0:
+            raise ValueError(f"lam must be > 0, got {self.lam}")
+        if not self.tau > 0:
+            raise ValueError(f"tau must be > 0, got {self.tau}")
+        if not self.margin > 0:
+            raise ValueError(f"margin must be > 0, got {self.margin}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.c_ucb < 0 or self.w_ent < 0:
+            raise ValueError(f"c_ucb and w_ent must be >= 0, got {self.c_ucb}, {self.w_ent}")
+        if self.head == "familiarity" and self.routing == "threshold":
+            check_fallback_invariant(
+                self.n_agents, self.lam, self.margin, self.tau, allow=self.allow_no_fallback
+            )
+
+    @property
+    def explores(self) -> bool:
+        return self.c_ucb > 0 or self.w_ent > 0
+
+    def inference(self) -> RouterConfig:
+        """The same router with exploration off (``c_ucb = w_ent = 0``), as at test time."""
+        return dataclasses.replace(self, c_ucb=0.0, w_ent=0.0)
+
+
+def check_fallback_invariant(
+    n_agents: int, lam: float, margin: float, tau: float, *, allow: bool = False
+) -> None:
+    """Refuses ``n_agents * exp(-lam * margin) > tau``, unless ``allow``.
+
+    Raises:
+      ValueError: explaining the fallback guarantee the values would break.
+    """
+    floor_f = math.exp(-lam * margin)
+    total = n_agents * floor_f
+    if total <= tau or allow:
+        return
+    need_m = math.log(n_agents / tau) / lam
+    raise ValueError(
+        f"router fallback invariant broken: n_agents * exp(-lam * margin) = {n_agents} * "
+        f"exp(-{lam} * {margin}) = {total:.4f} > tau = {tau}. The push-pull loss pushes an "
+        f"agent with negative advantage away from its anchor only until d = margin, where its "
+        f"familiarity settles at exp(-lam * margin) = {floor_f:.4f}. The fallback guarantee is "
+        f"that a query no agent is good at (every agent at the margin) has total familiarity "
+        f"<= tau and is therefore routed to ALL agents; with these values the cumulative "
+        f"threshold is met by a prefix of agents that are all bad at the query, so hard "
+        f"queries stop reaching the whole population. Use margin >= ln(N / tau) / lam = "
+        f"{need_m:.4f}, a larger lam, fewer agents or a larger tau, or set "
+        f"allow_no_fallback=True for a sensitivity ablation that knowingly drops the guarantee."
+    )
