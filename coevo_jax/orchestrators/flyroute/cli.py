@@ -33,8 +33,13 @@ def register(subparsers: Any) -> None:
     sub = p.add_subparsers(dest="flyroute_command", metavar="ACTION")
 
     def common(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument(
-            "--records", required=True, help="unified records JSONL (id, class, problem, ...)"
+        src = sp.add_mutually_exclusive_group()
+        src.add_argument("--records", help="unified records JSONL (id, class, problem, ...)")
+        src.add_argument(
+            "--offline",
+            default=None,
+            help="comma-separated offline sources (coevo_jax.data) used when --records is not "
+            "given; default gsm8k,mbpp,ifeval,arc_challenge",
         )
         sp.add_argument("--out", required=True, help="output directory")
         sp.add_argument("--config", help="FlyRouteConfig YAML")
@@ -105,25 +110,43 @@ def _config(args: argparse.Namespace) -> FlyRouteConfig:
         raise SystemExit(f"coevo flyroute: {e}") from e
 
 
+def engine_llm(model: str | None, agents: list[str], *, max_prompt_tokens: int = 1536) -> Any:
+    """``rollout_bridge.text.EngineTextLLM`` over the in-process JAX engine.
+
+    Every agent name maps to the bare backbone (engine agent -1): the benchmark's experts
+    share one model and differ only in their profiles until adapters are published.
+    """
+    try:
+        from rollout_bridge.local_engine import InProcessEngine  # noqa: I001
+        from rollout_bridge.text import EngineTextLLM  # first: the light import
+    except ImportError as e:
+        raise SystemExit(
+            "coevo flyroute: --llm engine needs the rollout bridge (rollout_bridge.text."
+            f"EngineTextLLM and rollout_bridge.local_engine.InProcessEngine): {e}. Install the "
+            "full project, or pass --llm MODULE:FACTORY for another TextLLM."
+        ) from e
+    from coevo_jax.models import load
+    from coevo_jax.models.default import default_model_path
+
+    try:
+        path = model or default_model_path()
+        decoder, tok = load(path)
+    except (FileNotFoundError, ValueError) as e:
+        raise SystemExit(f"coevo flyroute: cannot load the model: {e}") from e
+    if tok is None:
+        raise SystemExit(f"coevo flyroute: {path} has no tokenizer; FlyRoute needs a chat template")
+    engine = InProcessEngine(
+        decoder.params, decoder.config, None, eos_ids=tok.eos_token_ids, pad_id=tok.pad_token_id
+    )
+    return EngineTextLLM(
+        engine, tok, dict.fromkeys(agents, -1), max_prompt_tokens=max_prompt_tokens
+    )
+
+
 def make_llm(spec: str, *, model: str | None, agents: list[str]) -> Any:
     """Builds the TextLLM named by ``spec`` ('engine' or 'MODULE:FACTORY')."""
     if spec == "engine":
-        try:
-            text = importlib.import_module("rollout_bridge.text")
-        except ImportError as e:
-            raise SystemExit(
-                "coevo flyroute: --llm engine needs rollout_bridge.text.EngineTextLLM (the rollout "
-                f"bridge), which could not be imported: {e}. Install the full project, or pass "
-                "--llm MODULE:FACTORY for another TextLLM."
-            ) from e
-        cls = getattr(text, "EngineTextLLM", None)
-        factory = getattr(cls, "in_process", None)
-        if factory is None:
-            raise SystemExit(
-                "coevo flyroute: rollout_bridge.text has no EngineTextLLM.in_process(model=..., "
-                "agents=[...]) constructor; this build's bridge cannot serve FlyRoute yet."
-            )
-        return factory(model=model, agents=agents)
+        return engine_llm(model, agents)
     if ":" not in spec:
         raise SystemExit(f"coevo flyroute: --llm must be 'engine' or MODULE:FACTORY, got {spec!r}")
     mod, attr = spec.split(":", 1)
@@ -136,14 +159,21 @@ def make_llm(spec: str, *, model: str | None, agents: list[str]) -> Any:
 
 def _benchmark(args: argparse.Namespace) -> Any:
     from coevo_jax.orchestrators.flyroute.bench_data import (
+        DEFAULT_OFFLINE_SOURCES,
         BenchmarkDataError,
         build_benchmark,
         load_records_jsonl,
+        offline_records,
     )
 
     try:
+        if args.records:
+            records = load_records_jsonl(args.records)
+        else:
+            names = args.offline.split(",") if args.offline else DEFAULT_OFFLINE_SOURCES
+            records = offline_records([n.strip() for n in names if n.strip()])
         return build_benchmark(
-            load_records_jsonl(args.records),
+            records,
             k=args.k,
             test_fraction=args.test_fraction,
             max_train_per_class=args.max_train_per_class,

@@ -115,7 +115,7 @@ def make_llm(*, model: str | None = None, agents: list[str] | None = None) -> Sc
 
 def topic_query(agent: str, i: int, extra: str = "") -> str:
     words = TOPIC_WORDS[agent]
-    return f"question {i} about {words[i % len(words)]} {extra}".strip()
+    return f"question about {words[i % len(words)]} {extra}".strip()
 
 
 def make_records(n_per_class: int = 12) -> list[dict]:
@@ -129,7 +129,7 @@ def make_records(n_per_class: int = 12) -> list[dict]:
                     "id": f"{cls}-{i}",
                     "source": "fixture",
                     "class": cls,
-                    "problem": topic_query(agent, i, f"item{i}"),
+                    "problem": topic_query(agent, i, f"{cls}case{i}"),
                 }
             )
     return out
