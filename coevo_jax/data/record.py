@@ -172,17 +172,24 @@ def _check_json_value(value: Any, field: str, rid: str | None) -> None:
         raise RecordError(f"not JSON-serialisable: {e}", field=field, record_id=rid) from None
 
 
+def _is_text(x: Any) -> bool:
+    """A stdin/stdout value: a string, or a list of lines (joined with newlines)."""
+    return isinstance(x, str) or (isinstance(x, list) and all(isinstance(t, str) for t in x))
+
+
 def validate_test_cases(tc: Any, fn_name: str | None, rid: str | None = None) -> None:
     """Check the ``test_cases`` shape (see the module docstring); raise :class:`RecordError`."""
     f = "test_cases"
     if not isinstance(tc, Mapping):
         raise RecordError(f"expected an object, got {type(tc).__name__}", field=f, record_id=rid)
-    extra = sorted(set(tc) - {"inputs", "outputs", "asserts", "fn_name"})
+    extra = sorted(set(tc) - {"inputs", "outputs", "asserts", "setup", "fn_name"})
     if extra:
         raise RecordError(f"unknown key(s) {extra}", field=f, record_id=rid)
     has_io = "inputs" in tc or "outputs" in tc
     if not has_io and "asserts" not in tc:
         raise RecordError("needs 'inputs'/'outputs' or 'asserts'", field=f, record_id=rid)
+    if "setup" in tc and not isinstance(tc["setup"], str):
+        raise RecordError("'setup' must be a str", field=f, record_id=rid)
     if "asserts" in tc:
         asserts = tc["asserts"]
         if not isinstance(asserts, list) or not asserts:
@@ -198,21 +205,12 @@ def validate_test_cases(tc: Any, fn_name: str | None, rid: str | None = None) ->
             raise RecordError(f"{len(ins)} inputs but {len(outs)} outputs", field=f, record_id=rid)
         if not ins:
             raise RecordError("no test cases", field=f, record_id=rid)
-        if fn_name is None:
+        if (fn_name or tc.get("fn_name")) is None:
             for i, (a, b) in enumerate(zip(ins, outs, strict=True)):
-                if not isinstance(a, str) or not isinstance(b, str):
+                if not _is_text(a) or not _is_text(b):
                     raise RecordError(
-                        f"case {i}: stdin/stdout cases need str inputs and outputs "
-                        "(give fn_name for call-form cases)",
-                        field=f,
-                        record_id=rid,
-                    )
-        else:
-            for i, a in enumerate(ins):
-                if not isinstance(a, list):
-                    raise RecordError(
-                        f"case {i}: call-form inputs must be argument lists, got "
-                        f"{type(a).__name__}",
+                        f"case {i}: stdin/stdout cases need str (or list-of-lines) inputs and "
+                        "outputs; give fn_name for call-form cases",
                         field=f,
                         record_id=rid,
                     )

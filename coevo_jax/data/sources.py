@@ -61,6 +61,7 @@ class SourceSpec:
     train_split: str | None
     test_split: str | None
     note: str = ""
+    subsets_from_files: bool = False  # local files name the subset (BBH task, AGIEval exam)
 
 
 def _one(path: str, config: str | None = None) -> tuple[tuple[str, str | None, str | None], ...]:
@@ -82,13 +83,14 @@ SOURCES: dict[str, SourceSpec] = {
         SourceSpec("magpie_if", "if", _one("argilla/ifeval-like-data", "filtered"), "train", None),
         SourceSpec("rlvr_ifeval", "if", _one("allenai/RLVR-IFeval"), "train", None),
         SourceSpec("bbh", "reasoning", tuple(("lukaemon/bbh", t, t) for t in BBH_TASKS), "test", None,
-                   "BBH has one split; train and held-out are cut by id hash"),
+                   "BBH has one split; train and held-out are cut by id hash", True),
         SourceSpec("ifeval", "if", _one("google/IFEval"), None, "train"),
         SourceSpec("humaneval", "code", _one("openai/openai_humaneval"), None, "test"),
-        SourceSpec("agieval", "reasoning", tuple((f"hails/agieval-{t}", None, t) for t in AGIEVAL_EN), None, "test"),
+        SourceSpec("agieval", "reasoning", tuple((f"hails/agieval-{t}", None, t) for t in AGIEVAL_EN), None, "test",
+                   "English exams; one local file per exam", True),
         SourceSpec("arc_challenge", "reasoning", _one("allenai/ai2_arc", "ARC-Challenge"), "train", "test"),
         SourceSpec("logicbench", "reasoning", (), None, "test",
-                   "no canonical HF copy; point at LogicBench(Eval) data_instances.json files"),
+                   "no canonical HF copy; point at the LogicBench(Eval) folder", True),
         SourceSpec("olympiadbench", "math",
                    (("Hothan/OlympiadBench", "OE_TO_maths_en_COMP", "maths"),
                     ("Hothan/OlympiadBench", "OE_TO_physics_en_COMP", "physics")), None, "train",
@@ -120,19 +122,30 @@ class LoadReport:
 _GENERIC_STEMS = {"data", "data_instances", "train", "test", "validation", "dev", "input_data"}
 
 
-def subset_from_path(path: Path) -> str | None:
-    """A subset name for a local file: its stem (``bbh/navigate.json`` -> ``navigate``), or
-    the folder name when the stem is generic (``.../modus_tollens/data_instances.json``)."""
-    stem = path.name.split(".")[0]
-    if stem.lower() in _GENERIC_STEMS or stem.lower().startswith(("train-", "test-")):
-        return path.parent.name or None
-    return stem
+def subset_from_path(path: Path, root: Path | None = None) -> str:
+    """The subset a local file holds: its path below ``root`` without suffixes, generic file
+    names dropped (``bbh/navigate.json`` -> ``navigate``;
+    ``LogicBench(Eval)/BQA/propositional_logic/modus_tollens/data_instances.json`` ->
+    ``BQA/propositional_logic/modus_tollens``)."""
+    rel = (
+        path.relative_to(root)
+        if root is not None and path.is_relative_to(root)
+        else Path(path.name)
+    )
+    parts = list(rel.parts)
+    parts[-1] = parts[-1].split(".")[0]
+    if len(parts) > 1 and parts[-1].lower() in _GENERIC_STEMS:
+        parts.pop()
+    if len(parts) == 1 and parts[0].lower() in _GENERIC_STEMS:
+        parts = [path.parent.name]
+    return "/".join(parts)
 
 
 def _local_rows(
     files: Sequence[str | os.PathLike],
     on_error: Literal["raise", "skip"],
     errors: list[RecordError],
+    with_subsets: bool,
 ) -> Iterator[tuple[str, int, dict, str | None]]:
     for f in files:
         p = Path(f)
@@ -140,7 +153,7 @@ def _local_rows(
             raise FileNotFoundError(f"{p}: no such file")
         paths = sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
         for q in paths:
-            sub = subset_from_path(q)
+            sub = subset_from_path(q, p if p.is_dir() else None) if with_subsets else None
             for loc, line, row in iter_rows(q, on_error=on_error, errors=errors):
                 yield loc, line, row, sub
 
@@ -227,7 +240,11 @@ def load_source(
     assert split is not None
     report = LoadReport(name)
     read_errors: list[RecordError] = []
-    rows = _local_rows(files, on_error, read_errors) if files else _hf_rows(spec, split)
+    rows = (
+        _local_rows(files, on_error, read_errors, spec.subsets_from_files)
+        if files
+        else _hf_rows(spec, split)
+    )
     recs = convert_rows(name, rows, split=split, on_error=on_error, report=report)
     report.errors.extend(str(e) for e in read_errors)
     return recs, report

@@ -30,6 +30,9 @@ def convert_bbh(row: dict, *, split: str, index: int, subset: str | None = None)
     )
 
 
+_ANSWER_CUE = re.compile(
+    r"\s*(?:A:\s*Among A through [A-Z], the answer is|Answer\s*:|答案\s*[:：]?)\s*$"
+)
 _OPTION_PREFIX = re.compile(r"^\(?([A-Z])[).:]\s*")
 
 
@@ -51,7 +54,9 @@ def convert_agieval(row: dict, *, split: str, index: int, subset: str | None = N
         if not gold or not all(isinstance(g, int) and not isinstance(g, bool) for g in gold):
             raise ConversionError("expected a list of choice indices", field="gold")
         answer = "".join(LETTERS[g] for g in sorted(gold))
-        problem = re.sub(r"\s*(Answer|答案)\s*[:：]?\s*$", "", query.strip())
+        # lm-eval's queries end in an answer cue ("A: Among A through E, the answer is",
+        # "Answer:"); the class template asks for \boxed{} instead.
+        problem = _ANSWER_CUE.sub("", query.strip())
         return Record(
             id=f"agieval/{split}/{nid}",
             source="agieval",
