@@ -16,7 +16,7 @@ from coevo_jax.data.mixtures import MIXTURES, build_mixture, is_heldout, write_m
 from coevo_jax.data.offline import OFFLINE_BUILDERS, build_offline
 from coevo_jax.data.record import CLASSES, Record, RecordError, validate
 from coevo_jax.data.sources import SOURCES, LoadReport, load_source
-from coevo_jax.data.templates import format_line, render_chat, render_prompt
+from coevo_jax.data.templates import chat_messages, format_line, render_chat, render_prompt
 
 __all__ = [
     "CLASSES",
@@ -30,6 +30,7 @@ __all__ = [
     "RecordError",
     "build_mixture",
     "build_offline",
+    "chat_messages",
     "format_line",
     "is_heldout",
     "iter_records",

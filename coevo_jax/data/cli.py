@@ -47,7 +47,7 @@ def _build(args: argparse.Namespace) -> int:
         )
     try:
         built = build_mixture(spec, seed=args.seed, loader=loader, progress=True)
-    except (ValueError, FileNotFoundError, ImportError, RecordError) as e:
+    except (ValueError, FileNotFoundError, ImportError, RuntimeError, RecordError) as e:
         print(f"coevo data build: {e}", file=sys.stderr)
         return 1
     out = write_mixture(built, args.out)

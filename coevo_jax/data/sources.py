@@ -169,7 +169,14 @@ def _hf_rows(spec: SourceSpec, split: str) -> Iterator[tuple[str, int, dict, str
     if not spec.hf:
         raise ValueError(f"source {spec.name!r} has no hub copy; pass local files ({spec.note})")
     for path, config, subset in spec.hf:
-        ds = datasets.load_dataset(path, config, split=split)
+        try:
+            ds = datasets.load_dataset(path, config, split=split)
+        except Exception as e:  # network, auth, missing config: all mean "use local files"
+            raise RuntimeError(
+                f"could not load {path}" + (f"[{config}]" if config else "") + f":{split} from "
+                f"the HF hub ({type(e).__name__}: {e}); offline, pass local files "
+                f"(coevo data build --local {spec.name}=PATH)"
+            ) from e
         where = f"hf://{path}" + (f"[{config}]" if config else "") + f":{split}"
         for i, row in enumerate(ds, start=1):
             yield where, i, row, subset

@@ -68,10 +68,31 @@ def render_prompt(record: Record | Mapping[str, Any]) -> str:
     return f"{problem.rstrip()}\n\n{line}"
 
 
+def chat_messages(
+    record: Record | Mapping[str, Any], *, system_prompt: str | None = None
+) -> list[dict[str, str]]:
+    """The conversation for ``record``: one user turn, preceded by a system turn only when
+    ``system_prompt`` is given (see :func:`render_chat`)."""
+    msgs = [{"role": "user", "content": render_prompt(record)}]
+    if system_prompt is not None:
+        msgs.insert(0, {"role": "system", "content": system_prompt})
+    return msgs
+
+
 def render_chat(
-    record: Record | Mapping[str, Any], tokenizer: ChatTokenizer, max_input_tokens: int = 800
+    record: Record | Mapping[str, Any],
+    tokenizer: ChatTokenizer,
+    max_input_tokens: int = 800,
+    *,
+    system_prompt: str | None = None,
 ) -> list[int]:
     """Token ids of the chat-templated prompt, at most ``max_input_tokens`` long.
+
+    No system turn is sent (``system_prompt=None``). Some templates then add their own:
+    SmolLM2's writes "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    whenever the conversation has no system turn. Pass ``system_prompt=""`` to replace it
+    with an empty system turn (no persona at all, at the cost of a format the model was not
+    tuned on); the default keeps the backbone's own template behaviour.
 
     Over the limit, tokens are dropped from the left of the user content only: the result is
     ``encode(prefix) + encode(content)[-k:] + encode(suffix)``, where ``prefix``/``suffix`` are
@@ -80,10 +101,9 @@ def render_chat(
     """
     if max_input_tokens <= 0:
         raise ValueError(f"max_input_tokens must be positive, got {max_input_tokens}")
-    content = render_prompt(record)
-    text = tokenizer.apply_chat_template(
-        [{"role": "user", "content": content}], add_generation_prompt=True
-    )
+    messages = chat_messages(record, system_prompt=system_prompt)
+    content = messages[-1]["content"]
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
     ids = list(tokenizer.encode(text, add_special_tokens=False))
     if len(ids) <= max_input_tokens:
         return ids
