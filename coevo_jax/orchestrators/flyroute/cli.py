@@ -58,14 +58,21 @@ def register(subparsers: Any) -> None:
         sp.add_argument(
             "--model",
             default=None,
-            help="model path for the engine (default: the engine's default)",
+            help="HF model dir or .gguf for the engine (default: the embedded SmolLM2-135M GGUF)",
         )
         sp.add_argument("--k", type=int, default=5, help="seed queries per agent (default 5)")
-        sp.add_argument("--test-fraction", type=float, default=0.3)
-        sp.add_argument("--max-train-per-class", type=int, default=None)
-        sp.add_argument("--max-test-per-class", type=int, default=None)
+        sp.add_argument(
+            "--test-fraction",
+            type=float,
+            default=0.3,
+            help="held-out share of each class (default 0.3)",
+        )
+        sp.add_argument("--max-train-per-class", type=int, default=None, help="cap per class")
+        sp.add_argument("--max-test-per-class", type=int, default=None, help="cap per class")
         sp.add_argument("--split-seed", type=int, default=0, help="benchmark shuffling seed")
-        sp.add_argument("--eval-batch-size", type=int, default=16)
+        sp.add_argument(
+            "--eval-batch-size", type=int, default=16, help="router prompts per LLM call"
+        )
         sp.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     r = sub.add_parser("replay", help="replay a training stream with checkpoints and evaluation")

@@ -104,3 +104,22 @@ def test_verifier_from_records_injected_scorer():
     assert v(Query("q0", "?"), "it is 42") == 1.0
     assert v(Query("q0", "?"), "it is 41") == 0.0
     assert v(Query("other", "?"), "42") is None
+
+
+def test_verifier_gate_over_the_project_rewards():
+    pytest.importorskip("coevo_jax.rewards", reason="needs the reward verifiers")
+    records = {
+        "m": {"id": "m", "source": "t", "class": "math", "problem": "2+2?", "true_answer": "4"},
+        "r": {"id": "r", "source": "t", "class": "reasoning", "problem": "A or B?", "true_answer": "B"},
+    }
+    gate = VerifierGate(verifier_from_records(records), theta=0.7)
+    items = [
+        GateItem(Query("m", "2+2?"), "math", "so \\boxed{4}"),
+        GateItem(Query("m", "2+2?"), "code", "\\boxed{5}"),
+        GateItem(Query("r", "A or B?"), "reasoning", "Answer: \\boxed{(B)}"),
+    ]
+    assert [(r.score, r.passed, r.source) for r in gate(items)] == [
+        (1.0, True, "verifier"),
+        (0.0, False, "verifier"),
+        (1.0, True, "verifier"),
+    ]
