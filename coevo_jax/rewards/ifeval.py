@@ -90,16 +90,22 @@ def registry() -> types.ModuleType:
     import langdetect
 
     langdetect.DetectorFactory.seed = 0
+    return load_official_module("instructions_registry")
+
+
+def load_official_module(short: str) -> types.ModuleType:
+    """``lm_eval/tasks/ifeval/<short>.py`` (and what it imports from there), loaded from its
+    file under its canonical name, without running ``lm_eval/tasks/__init__``."""
+    name = "lm_eval.tasks.ifeval"
+    if f"{name}.{short}" in sys.modules:
+        return sys.modules[f"{name}.{short}"]
     spec = importlib.util.find_spec("lm_eval")
     if spec is None or not spec.submodule_search_locations:
         raise ImportError(
             "the IFEval registry comes from lm-eval: pip install --no-deps lm-eval==0.4.13"
         )
     pkg_dir = Path(spec.submodule_search_locations[0]) / "tasks" / "ifeval"
-    name = "lm_eval.tasks.ifeval"
-    if name + ".instructions_registry" in sys.modules:
-        return sys.modules[name + ".instructions_registry"]
-    import lm_eval  # light: its __init__ imports nothing heavy
+    import lm_eval  # noqa: F401  (light: its __init__ imports nothing heavy)
 
     stubs = []
     for pkg, path in (("lm_eval.tasks", pkg_dir.parent), (name, pkg_dir)):
@@ -109,26 +115,27 @@ def registry() -> types.ModuleType:
             sys.modules[pkg] = mod
             stubs.append(pkg)
     try:
-        for short in _IFEVAL_MODULES:
-            full = f"{name}.{short}"
-            if full in sys.modules:
-                continue
-            mspec = importlib.util.spec_from_file_location(full, pkg_dir / f"{short}.py")
-            mod = importlib.util.module_from_spec(mspec)
-            sys.modules[full] = mod
-            try:
-                mspec.loader.exec_module(mod)
-            except BaseException:
-                del sys.modules[full]
-                raise
-            setattr(sys.modules[name], short, mod)
+        order = [m for m in _IFEVAL_MODULES if m != short] + [short]
+        if short in _IFEVAL_MODULES:
+            order = list(_IFEVAL_MODULES[: _IFEVAL_MODULES.index(short) + 1])
+        for mod_short in order:
+            full = f"{name}.{mod_short}"
+            if full not in sys.modules:
+                mspec = importlib.util.spec_from_file_location(full, pkg_dir / f"{mod_short}.py")
+                mod = importlib.util.module_from_spec(mspec)
+                sys.modules[full] = mod
+                try:
+                    mspec.loader.exec_module(mod)
+                except BaseException:
+                    del sys.modules[full]
+                    raise
+            setattr(sys.modules[name], mod_short, sys.modules[full])
     finally:
         # Drop the stand-in packages: a later real ``import lm_eval.tasks`` runs the real
         # package code and then reuses the submodules loaded here.
         for pkg in stubs:
             sys.modules.pop(pkg, None)
-        del lm_eval
-    return sys.modules[name + ".instructions_registry"]
+    return sys.modules[f"{name}.{short}"]
 
 
 def instruction_ids() -> tuple[str, ...]:

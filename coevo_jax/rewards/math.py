@@ -30,6 +30,7 @@ disagree on this, and a model writing either has the right answer.
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 from coevo_jax.rewards._isolate import call_with_timeout
 
@@ -145,6 +146,8 @@ def normalize(answer: str) -> tuple[str, bool]:
     m = _ASSIGN.match(s)
     if m and "\\le" not in s and "\\ge" not in s:
         s = m.group(1)
+    while len(s) >= 2 and s[0] == "{" and s[-1] == "}" and _braced(s, 0) == len(s):
+        s = s[1:-1].strip()
     s = _MATRIX_ENV.sub(lambda mm: f"\\{mm.group(1)}{{bmatrix}}", s)
     compact = re.sub(r"\s+", "", s)
     if _THOUSANDS.match(compact):
@@ -191,16 +194,44 @@ def choice_letter(answer: str) -> str | None:
     return letter.upper()
 
 
-def strings_equal(pred: str, gold: str) -> bool:
-    """Cheap, SymPy-free equivalence: equal normal forms, or equal choice letters."""
+_SIMPLE_FRAC = re.compile(r"^(-?)\\frac\{(-?\d+)\}\{(-?\d+)\}$|^(-?)\\frac(\d)(\d)$")
+
+
+def simple_number(s: str) -> Fraction | None:
+    """The exact value of an integer, decimal, ``a/b`` or ``\\frac{a}{b}``; else None."""
+    try:
+        if _NUMBER.match(s):
+            return Fraction(s)
+        if re.fullmatch(r"-?\d+/-?\d+", s):
+            return Fraction(s)
+        m = _SIMPLE_FRAC.match(s)
+        if m:
+            sign, a, b = (m.group(1), m.group(2), m.group(3)) if m.group(2) else m.group(4, 5, 6)
+            v = Fraction(int(a), int(b))
+            return -v if sign else v
+    except (ValueError, ZeroDivisionError):
+        return None
+    return None
+
+
+def strings_equal(pred: str, gold: str) -> bool | None:
+    """Cheap, SymPy-free verdict: True/False when it can decide, None when SymPy must.
+
+    Equal normal forms or equal choice letters are True; two plain numbers (integers,
+    decimals, simple fractions) are compared exactly, percent readings included.
+    """
     p, p_pct = normalize(pred)
     g, g_pct = normalize(gold)
     if p == g and p:
         return True
+    pv, gv = simple_number(p), simple_number(g)
+    if pv is not None and gv is not None:
+        hundred = Fraction(100)
+        return bool(pv == gv or (p_pct and pv / hundred == gv) or (g_pct and pv == gv / hundred))
     g_letter = choice_letter(gold)
     if g_letter is not None and re.fullmatch(r"[A-Ea-e]", g):
         return choice_letter(pred) == g_letter
-    return False
+    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -271,8 +302,6 @@ def sympy_equal(a, b) -> bool:
         if a.has(sympy.Float) or b.has(sympy.Float):
             return _num_close(a, b)
         return _zero(a - b)
-    if a.free_symbols != b.free_symbols:
-        return False
     return _zero(a - b)
 
 
@@ -328,6 +357,13 @@ def symbolic_equal(pred: str, gold: str) -> bool:
     return False
 
 
+def _warm() -> None:
+    # Import the parser here, once, so that forked children inherit it instead of each paying
+    # ~1.5 s to import it (a forkserver child gets it from the server's preload instead).
+    import sympy  # noqa: F401
+    from latex2sympy2_extended import latex2sympy  # noqa: F401
+
+
 def score(completion: str, gold: str, *, timeout_s: float = 5.0, isolate: bool = True) -> float:
     """1.0 if the last ``\\boxed{}`` of ``completion`` is equivalent to ``gold``, else 0.0.
 
@@ -343,14 +379,14 @@ def score(completion: str, gold: str, *, timeout_s: float = 5.0, isolate: bool =
     gold = last_boxed(gold) or gold if gold else ""
     if not gold.strip():
         return 0.0
-    if strings_equal(pred, gold):
-        return 1.0
-    if choice_letter(gold) is not None and re.fullmatch(r"[A-Ea-e]", normalize(gold)[0]):
-        return 0.0
+    quick = strings_equal(pred, gold)
+    if quick is not None:
+        return float(quick)
     if not isolate:
         try:
             return float(symbolic_equal(pred, gold))
         except Exception:
             return 0.0
+    _warm()
     status, value = call_with_timeout(symbolic_equal, (pred, gold), timeout_s=timeout_s)
     return 1.0 if status == "ok" and value else 0.0

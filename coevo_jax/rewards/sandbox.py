@@ -178,6 +178,38 @@ def kill_uid(uid: int) -> None:
     os.waitpid(pid, 0)
 
 
+def uid_processes(uid: int) -> list[int]:
+    """Pids of live (not zombie) processes whose real uid is ``uid``."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as f:
+                text = f.read(2048)
+        except OSError:
+            continue
+        state = uid_line = ""
+        for line in text.splitlines():
+            if line.startswith("State:"):
+                state = line
+            elif line.startswith("Uid:"):
+                uid_line = line
+                break
+        if uid_line.split()[1:2] == [str(uid)] and "zombie" not in state:
+            out.append(int(name))
+    return out
+
+
+def _wait_uid_gone(uid: int, timeout_s: float = 5.0) -> None:
+    # SIGKILLed processes still need to unmap their memory before they are gone; the uid is
+    # leased to the next sandbox only once none is left.
+    deadline = time.monotonic() + timeout_s
+    while uid_processes(uid) and time.monotonic() < deadline:
+        kill_uid(uid)
+        time.sleep(0.01)
+
+
 def run_program(
     code: str,
     mode: Mode,
@@ -265,6 +297,7 @@ def run_program(
                 pass
         if lease is not None:
             kill_uid(lease.uid)
+            _wait_uid_gone(lease.uid)
         if proc is not None:
             proc.wait()
             proc.stdout.close()
