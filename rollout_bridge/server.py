@@ -28,6 +28,9 @@ from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, PlainTextResponse
 
 from coevo_jax.models.config import ModelConfig
 from coevo_jax.models.sampler import generate as sample
@@ -243,10 +246,6 @@ def _float(body: dict, key: str, default: float, lo: float, hi: float | None = N
 
 def create_app(backend: ServerBackend):
     """The FastAPI application serving ``backend``."""
-    from fastapi import FastAPI, Request
-    from fastapi.concurrency import run_in_threadpool
-    from fastapi.responses import JSONResponse, PlainTextResponse
-
     app = FastAPI(title="coevo-jax rollout server", version="0.1.0")
 
     def err(message: str, status: int, param: str | None = None):
