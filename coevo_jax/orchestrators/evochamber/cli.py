@@ -3,9 +3,10 @@
     coevo evochamber --stream aflow --data data/offline --engine inprocess --model PATH \\
         --tasks 20 --out runs/evo [--baselines] [--config cfg.yaml] [--set alpha=0.2 ...]
 
-The LLM comes from ``rollout_bridge.text.make_text_llm(engine, url=..., model=..., seed=...)``
-(imported lazily: ``coevo_jax`` does not import ``rollout_bridge`` at module level). Rewards
-come from ``coevo_jax.rewards.score``.
+The LLM is ``rollout_bridge.text.EngineTextLLM`` over the in-process JAX engine (``--model``,
+default: the project's default model) or ``rollout_bridge.http_engine.HTTPEngine(url)``, with
+every agent served by the shared backbone (imported lazily: ``coevo_jax`` does not import
+``rollout_bridge`` at module level). Rewards come from ``coevo_jax.rewards.score``.
 """
 
 from __future__ import annotations
@@ -42,18 +43,61 @@ def register(subparsers) -> None:
     p.set_defaults(func=main)
 
 
+class SharedBackbone:
+    """Routes every agent to the engine's base model (agent -1).
+
+    EvoChamber's agents are identically initialised and differ only in persona and
+    experience (their prompts), and the pool grows by fork and genesis, so agent names are not
+    engine adapter slots."""
+
+    def __init__(self, llm):
+        self.llm = llm
+
+    def complete(self, requests):
+        import dataclasses
+
+        return self.llm.complete([dataclasses.replace(r, agent=-1) for r in requests])
+
+
 def make_llm(engine: str, url: str | None, model: str | None, seed: int):
+    """A TextLLM over the rollout bridge: the in-process JAX engine or an HTTP server."""
     try:
-        from rollout_bridge.text import make_text_llm
+        from rollout_bridge.text import EngineTextLLM
     except ImportError as e:
         raise SystemExit(
-            "coevo evochamber: the rollout bridge's text LLM (rollout_bridge.text.make_text_llm) "
+            "coevo evochamber: the rollout bridge's text adapter (rollout_bridge.text.EngineTextLLM) "
             f"is not available in this build ({e}). Install the full project or use the Python "
             "API with your own TextLLM (coevo_jax.orchestrators.evochamber.loop.run_stream)."
         ) from e
-    if engine == "http" and not url:
-        raise SystemExit("coevo evochamber: --engine http needs --url")
-    return make_text_llm(engine, url=url, model=model, seed=seed)
+    from coevo_jax.models import load
+    from coevo_jax.models.default import default_model_path
+
+    try:
+        path = model or default_model_path()
+        decoder, tok = load(path)
+    except (FileNotFoundError, ValueError) as e:
+        raise SystemExit(f"coevo evochamber: cannot load the model/tokenizer: {e}") from e
+    if tok is None:
+        raise SystemExit(
+            f"coevo evochamber: {path} has no tokenizer; EvoChamber needs a chat template"
+        )
+    if engine == "inprocess":
+        from rollout_bridge.local_engine import InProcessEngine
+
+        eng = InProcessEngine(
+            decoder.params, decoder.config, None, eos_ids=tok.eos_token_ids, pad_id=tok.pad_token_id
+        )
+    else:
+        if not url:
+            raise SystemExit("coevo evochamber: --engine http needs --url")
+        try:
+            from rollout_bridge.http_engine import HTTPEngine
+        except ImportError as e:
+            raise SystemExit(
+                f"coevo evochamber: --engine http needs rollout_bridge.http_engine.HTTPEngine ({e})"
+            ) from e
+        eng = HTTPEngine(url)
+    return SharedBackbone(EngineTextLLM(eng, tok, {}))
 
 
 def main(args: argparse.Namespace) -> int:

@@ -20,12 +20,14 @@ whose competence on the insight's niche is strictly below the pool median there
 (:func:`recipients`); with everyone equal, nobody is below the median and nothing is written.
 
 Fallbacks (never an error; each counted under the name in brackets): an unlabeled
-diagnosis/delta uses the whole reply, clipped; a strategy without ``NICHES:`` is scoped to the
-task's niche; a debate reply with neither ``KEEP:`` nor ``DROP:`` votes to keep everything
+diagnosis/delta uses the whole reply, clipped; an unlabeled strategy is the reply's first
+non-empty line [codream_strategy_unlabeled] and an empty reply proposes nothing
+[codream_strategy_missing]; a debate reply with neither ``KEEP:`` nor ``DROP:`` votes to keep everything
 [codream_debate_fallback]; an insight without text is dropped
 [codream_insight_malformed]; an unknown level becomes "subdomain" [codream_level_fallback];
 a niche that matches no known niche (after lowercasing and dropping non-alphanumerics)
-becomes the task's niche [codream_niche_fallback].
+becomes the proposal's first known ``NICHES:`` tag, else the task's niche
+[codream_niche_fallback].
 """
 
 from __future__ import annotations
@@ -110,7 +112,8 @@ def parse_level(raw: str | None) -> str | None:
 
 
 def parse_insight(text: str, niche: str, known: Sequence[str]) -> tuple[dict | None, list[str]]:
-    """(insight {text, level, niche} or None, fallback counter names)."""
+    """(insight {text, level, niche} or None, fallback counter names); ``niche`` is the scope
+    used when the reply names no known niche."""
     fallbacks: list[str] = []
     body = level = scope = None
     m = re.search(r"\{.*\}", text or "", re.S)
@@ -233,15 +236,23 @@ def run_codream(
     proposals = []
     for m, o in zip(team, outs, strict=False):
         strat = _label(o, "strategy")
+        if not strat:
+            strat = next((" ".join(ln.split())[:400] for ln in o.splitlines() if ln.strip()), None)
+            bump("codream_strategy_unlabeled" if strat else "codream_strategy_missing")
         if strat:
-            proposals.append((m, strat))
-        else:
-            bump("codream_strategy_missing")
+            tags = [
+                t
+                for t in (
+                    match_niche(x, known_niches) for x in (_label(o, "niches") or "").split(",")
+                )
+                if t
+            ]
+            proposals.append((m, strat, tags))
     if not proposals:
         return [], counters
 
     # 4. Debate
-    listing = "\n".join(f"{i + 1}. {s}" for i, (_, s) in enumerate(proposals))
+    listing = "\n".join(f"{i + 1}. {s}" for i, (_, s, _) in enumerate(proposals))
     outs = caller.ask(
         [
             (
@@ -270,19 +281,20 @@ def run_codream(
         [
             (
                 m,
-                f"Strategy: {s}\nTask niche: {niche}. Known niches: {', '.join(known_niches)}.\n\n"
+                f"Strategy: {s}\nTagged niches: {', '.join(tags) or niche}. Known niches: "
+                f"{', '.join(known_niches)}.\n\n"
                 "State it as one reusable insight. Reply with three lines:\nINSIGHT: <text>\n"
                 "LEVEL: <task-local | subdomain | cross-domain>\nNICHE: <one niche>",
                 "codream_crystallize",
             )
-            for m, s in survivors
+            for m, s, tags in survivors
         ],
         short=True,
         with_context=False,
     )
     insights = []
-    for (m, _), o in zip(survivors, outs, strict=False):
-        ins, fb = parse_insight(o, niche, known_niches)
+    for (m, _, tags), o in zip(survivors, outs, strict=False):
+        ins, fb = parse_insight(o, tags[0] if tags else niche, known_niches)
         for name in fb:
             bump(name)
         if ins is not None:

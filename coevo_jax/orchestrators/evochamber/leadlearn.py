@@ -13,7 +13,8 @@ Parsing the leader's answer (documented fallback, never an error): the text afte
 ``STRUCTURE:`` label if there is one, else the whole reply, is searched for structure names
 and common aliases; the last one mentioned wins. When none is found (or it is not among the
 allowed structures), the choice falls back to the structure with the best mean outcome among
-the retrieved entries, else ``cfg.fallback_structure``, and ``structure_fallback`` is counted.
+the retrieved entries, untried ones counting as ``cfg.q_init`` (ties ->
+``cfg.fallback_structure``), and ``structure_fallback`` is counted.
 """
 
 from __future__ import annotations
@@ -124,18 +125,19 @@ def parse_structure(text: str, allowed: Sequence[str]) -> str | None:
 
 
 def evidence_choice(entries: Sequence[BankEntry], cfg: EvoChamberConfig) -> str:
-    """Best mean outcome among ``entries`` (ties -> ``cfg.structures`` order), else the
-    configured fallback."""
+    """The structure with the best mean outcome among ``entries``, a structure without
+    evidence counting as ``cfg.q_init`` (optimism, so untried structures get tried); ties go
+    to ``cfg.fallback_structure``, then ``cfg.structures`` order."""
     stats: dict[str, list[float]] = {}
     for e in entries:
         if e.structure in cfg.structures:
             stats.setdefault(e.structure, []).append(e.outcome)
-    if not stats:
-        return cfg.fallback_structure
-    return max(
-        cfg.structures,
-        key=lambda s: (float(np.mean(stats[s])) if s in stats else -1.0, -cfg.structures.index(s)),
-    )
+
+    def value(s: str) -> tuple[float, bool, int]:
+        v = float(np.mean(stats[s])) if s in stats else cfg.q_init
+        return (v, s == cfg.fallback_structure, -cfg.structures.index(s))
+
+    return max(cfg.structures, key=value)
 
 
 def note_prompt(structure: str, problem: str, final: str, reward: float) -> str:

@@ -1,6 +1,7 @@
 """Task prompts and answer keys shared by the structures, reflection and CoDream.
 
-The task prompt follows DESIGN §9: the raw problem plus one output-format line. A member's
+The task prompt follows DESIGN §9: the raw problem plus one output-format line (the data
+package's templates). A member's
 prompt is that, preceded by its persona and its retrieved experience. ``answer_key`` reduces
 a completion to the thing members vote on and disagree about: the last balanced ``\\boxed{}``
 (else the last number) for math and reasoning, the last fenced code block with whitespace
@@ -14,22 +15,26 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from coevo_jax.data.templates import format_line as data_format_line
+
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:/\d+)?")
 _FENCE = re.compile(r"```(?:[a-zA-Z0-9_+-]*)\n(.*?)```", re.S)
 
 
 def format_line(record: Mapping[str, Any]) -> str:
-    cls = record.get("class", "math")
-    if cls == "code":
-        fn = record.get("fn_name")
-        extra = f" The function must be named `{fn}`." if fn else ""
-        return "Write the complete Python solution in one ```python code block." + extra
-    return "Put the final answer in \\boxed{}."
+    """The data package's format line for the record's class (DESIGN §9); a record without a
+    known class gets the ``\\boxed{}`` line, an instruction-following one none."""
+    try:
+        line = data_format_line(record)
+    except (KeyError, ValueError):
+        return "Put your final answer within \\boxed{}."
+    return line or ""
 
 
 def task_prompt(record: Mapping[str, Any]) -> str:
     """The bare task: problem + one format line."""
-    return f"{str(record['problem']).strip()}\n\n{format_line(record)}"
+    line = format_line(record)
+    return f"{str(record['problem']).strip()}\n\n{line}" if line else str(record["problem"]).strip()
 
 
 def member_prompt(persona: str, lessons: Sequence[str], metas: Sequence[str], body: str) -> str:

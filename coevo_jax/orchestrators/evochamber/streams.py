@@ -13,7 +13,8 @@ A stream is a list of dicts in the project's unified record form (``id``, ``clas
 
 Sources are read from a directory of JSONL files named after the source (``math.jsonl``,
 ``gsm8k.jsonl``, ``mbpp.jsonl``, ``humaneval.jsonl``, ``aime.jsonl``, ``codecontests.jsonl``,
-``hotpotqa.jsonl``, ``drop.jsonl``; ``.jsonl.gz`` too), as written by ``coevo data build``.
+``hotpotqa.jsonl``, ``drop.jsonl``; ``.jsonl.gz`` too); a source without a file comes from
+``coevo_jax.data.offline`` when it has a builder (GSM8K, MATH, MBPP, HumanEval).
 Subsampling is deterministic from ``seed``; ``limit`` scales every block by the same factor
 so a short run still visits every niche.
 """
@@ -162,11 +163,22 @@ def limit_blocks(stream: Sequence[dict], limit: int | None) -> list[dict]:
     return out[:limit]
 
 
-def read_source(data_dir: str | Path, name: str) -> list[dict]:
-    """``<data_dir>/<name>.jsonl[.gz]`` as dicts; [] when absent. A bad line is an error
-    naming file and line."""
-    base = Path(data_dir)
-    for path in (base / f"{name}.jsonl", base / f"{name}.jsonl.gz"):
+def offline_source(name: str) -> list[dict]:
+    """``coevo_jax.data.offline.build_offline(name)`` as dicts; [] when no builder exists."""
+    from coevo_jax.data.offline import OFFLINE_BUILDERS, build_offline
+
+    if name not in OFFLINE_BUILDERS:
+        return []
+    records, _ = build_offline(name)
+    return [r.to_dict() for r in records]
+
+
+def read_source(data_dir: str | Path | None, name: str) -> list[dict]:
+    """``<data_dir>/<name>.jsonl[.gz]`` as dicts; without that file, the offline builder of
+    the same name (packages shipped with the project); [] when neither exists. A bad line is
+    an error naming file and line."""
+    base = Path(data_dir) if data_dir is not None else None
+    for path in (base / f"{name}.jsonl", base / f"{name}.jsonl.gz") if base is not None else ():
         if path.is_file():
             opener = gzip.open if path.suffix == ".gz" else open
             out = []
@@ -178,7 +190,7 @@ def read_source(data_dir: str | Path, name: str) -> list[dict]:
                         except json.JSONDecodeError as e:
                             raise ValueError(f"{path}:{n}: not a JSON record ({e})") from e
             return out
-    return []
+    return offline_source(name)
 
 
 def build_stream(

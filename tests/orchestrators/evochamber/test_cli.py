@@ -1,7 +1,6 @@
 import argparse
 import json
 import sys
-import types
 
 import pytest
 
@@ -48,7 +47,7 @@ def test_register_parses_the_documented_flags():
 
 def test_missing_bridge_gives_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "rollout_bridge.text", None)  # import fails
-    with pytest.raises(SystemExit, match="rollout_bridge.text.make_text_llm"):
+    with pytest.raises(SystemExit, match="rollout_bridge.text.EngineTextLLM"):
         cli.make_llm("inprocess", None, None, 0)
 
 
@@ -72,11 +71,12 @@ def test_main_end_to_end_with_a_scripted_bridge(tmp_path, monkeypatch, capsys):
     (data / "gsm8k.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     (data / "math.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs_m))
     stream = [dict(r, niche="gsm8k") for r in recs] + [dict(r, niche="math") for r in recs_m]
-    fake = types.ModuleType("rollout_bridge.text")
-    fake.make_text_llm = lambda engine, url=None, model=None, seed=0: ScriptedLLM(
-        stream, {}, default=0.6
+    monkeypatch.setattr(
+        "coevo_jax.orchestrators.evochamber.streams.offline_source", lambda name: []
     )
-    monkeypatch.setitem(sys.modules, "rollout_bridge.text", fake)
+    monkeypatch.setattr(
+        cli, "make_llm", lambda engine, url, model, seed: ScriptedLLM(stream, {}, default=0.6)
+    )
     monkeypatch.setattr(
         "coevo_jax.orchestrators.evochamber.loop.default_reward_fn", lambda: boxed_reward
     )
@@ -108,3 +108,15 @@ def test_main_end_to_end_with_a_scripted_bridge(tmp_path, monkeypatch, capsys):
     assert "single_agent_accuracy" in printed and "sc@5_accuracy" in printed
     for f in ("events.jsonl", "transcript.jsonl", "report.json", "report.md", "anchor_counts.png"):
         assert (out / f).is_file()
+
+
+def test_shared_backbone_maps_every_agent_to_the_base_model():
+    from coevo_jax.orchestrators.llm import TextRequest
+
+    class Echo:
+        def complete(self, reqs):
+            return [str(r.agent) for r in reqs]
+
+    assert cli.SharedBackbone(Echo()).complete(
+        [TextRequest("p", agent="a17"), TextRequest("q", agent=3)]
+    ) == ["-1", "-1"]

@@ -94,20 +94,23 @@ class PhaseLLM:
 
     def __init__(self):
         self.tags = []
+        self.reqs = []
 
     def complete(self, reqs):
         out = []
+        self.reqs.extend(reqs)
         for r in reqs:
             self.tags.append((r.tag, r.agent))
             out.append(
                 {
                     "codream_reflect": f"DIAGNOSIS: d-{r.agent}",
                     "codream_contrast": f"DELTA: delta-{r.agent}",
-                    "codream_imagine": f"STRATEGY: s-{r.agent}\nNICHES: x",
+                    "codream_imagine": f"STRATEGY: s-{r.agent}\nNICHES: Y, nowhere",
                     "codream_debate": "KEEP: 1, 3"
                     if r.agent == "b"
                     else ("KEEP: 1" if r.agent == "a" else "garbled"),
-                    "codream_crystallize": f"INSIGHT: i-{r.agent}\nLEVEL: subdomain\nNICHE: x",
+                    "codream_crystallize": f"INSIGHT: i-{r.agent}\nLEVEL: subdomain"
+                    + ("\nNICHE: x" if r.agent == "a" else ""),
                 }[r.tag]
             )
         return out
@@ -118,7 +121,13 @@ def test_run_codream_five_phases_majority_survivors_and_givers():
     team = ["a", "b", "c"]
     caller = Caller(llm, {m: MemberContext("p") for m in team}, CFG)
     insights, counters = run_codream(
-        caller, team, {"problem": "P"}, "x", {"a": "A", "b": "B", "c": None}, [0.0, 1.0, 0.0], ["x"]
+        caller,
+        team,
+        {"problem": "P"},
+        "x",
+        {"a": "A", "b": "B", "c": None},
+        [0.0, 1.0, 0.0],
+        ["x", "y"],
     )
     tags = [t for t, _ in llm.tags]
     assert (
@@ -134,4 +143,8 @@ def test_run_codream_five_phases_majority_survivors_and_givers():
     # votes: proposal 1 gets a, b, c(fallback: keep all) = 3; 2 gets c = 1; 3 gets b, c = 2
     assert [i["giver"] for i in insights] == ["a", "c"]
     assert insights[0] == {"giver": "a", "text": "i-a", "level": "subdomain", "niche": "x"}
-    assert counters == {"codream_debate_fallback": 1}
+    # no NICHE line: the proposal's known tag ("Y" -> "y") is the scope
+    assert insights[1]["niche"] == "y"
+    assert counters == {"codream_debate_fallback": 1, "codream_niche_fallback": 1}
+    crystallize = [r for r in llm.reqs if r.tag == "codream_crystallize"]
+    assert "Tagged niches: y." in crystallize[0].prompt

@@ -71,10 +71,14 @@ def test_parse_structure_respects_allowed():
     assert parse_structure("STRUCTURE: debate", ("voting",)) is None
 
 
-def test_evidence_choice_best_mean_outcome_else_configured():
+def test_evidence_choice_best_mean_outcome_untried_count_as_q_init():
     es = [entry([1, 0], "voting", 0.0), entry([1, 0], "debate", 1.0), entry([1, 0], "debate", 0.5)]
-    assert evidence_choice(es, CFG) == "debate"
+    assert evidence_choice(es, CFG) == "debate"  # 0.75 beats untried (0.5) and voting (0)
+    es = [entry([1, 0], "voting", 0.0), entry([1, 0], "debate", 0.25)]
+    assert evidence_choice(es, CFG) == "generator-critic"  # untried, first in config order
     assert evidence_choice([], CFG) == CFG.fallback_structure
+    cfg = EvoChamberConfig(fallback_structure="decompose")
+    assert evidence_choice([], cfg) == "decompose"
 
 
 def test_choice_prompt_lists_structures_and_entries():

@@ -81,7 +81,20 @@ def test_limit_blocks_keeps_every_niche():
     assert limit_blocks(stream, None) == stream
 
 
-def test_read_and_build_from_a_directory(tmp_path):
+def test_build_from_the_offline_builders():
+    s = build_stream("aflow", None, limit=8)
+    assert [r["niche"] for r in s] == ["gsm8k"] * 2 + ["mbpp"] * 2 + ["math"] * 2 + [
+        "humaneval"
+    ] * 2
+    assert s[2]["class"] == "code" and s[2]["fn_name"] and s[0]["true_answer"]
+    hm = build_stream("hard_math", None, limit=5)
+    assert all(r["metadata"]["level"] in (4, 5) and r["niche"] == "math_hard" for r in hm)
+
+
+def test_read_and_build_from_a_directory(tmp_path, monkeypatch):
+    monkeypatch.setattr(
+        "coevo_jax.orchestrators.evochamber.streams.offline_source", lambda name: []
+    )
     (tmp_path / "gsm8k.jsonl").write_text(
         "\n".join(
             json.dumps({"id": f"g{i}", "class": "math", "problem": "p", "true_answer": "1"})
