@@ -39,7 +39,7 @@ from coevo_jax.data.converters import CONVERTERS, ConversionError
 from coevo_jax.data.converters._util import LETTERS, format_choices, need
 from coevo_jax.data.jsonl import iter_json_lines
 from coevo_jax.data.record import Record, RecordError
-from coevo_jax.data.sources import LoadReport, convert_rows
+from coevo_jax.data.sources import MATH_SUBJECTS, LoadReport, convert_rows
 from coevo_jax.data.synthetic_if import convert_synthetic_if
 
 OnError = Literal["raise", "skip"]
@@ -154,8 +154,6 @@ def build_gsm8k(on_error: OnError = "raise") -> tuple[list[Record], LoadReport]:
 
 
 def build_math(on_error: OnError = "raise") -> tuple[list[Record], LoadReport]:
-    from coevo_jax.data.sources import MATH_SUBJECTS
-
     errs: list[RecordError] = []
 
     def rows():

@@ -218,3 +218,35 @@ def test_on_error_raise_names_file_and_line():
     with pytest.raises(RecordError) as ei:
         load("gsm8k", "gsm8k.jsonl", on_error="raise")
     assert ei.value.line == 3 and ei.value.path.endswith("gsm8k.jsonl")
+
+
+def test_hub_path_uses_datasets_and_locates_rows(monkeypatch):
+    """Online loading goes through ``datasets.load_dataset`` per (path, config) of the spec."""
+    import types
+
+    calls = []
+
+    def load_dataset(path, config, split):
+        calls.append((path, config, split))
+        return [{"question": f"{config} q", "answer": "#### 1"}, {"question": "bad"}]
+
+    monkeypatch.setitem(
+        __import__("sys").modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset)
+    )
+    recs, rep = load_source("gsm8k", split="test")
+    assert calls == [("openai/gsm8k", "main", "test")]
+    assert [r.problem for r in recs] == ["main q"] and recs[0].split == "test"
+    assert rep.errors == ["hf://openai/gsm8k[main]:test:2: gsm8k: field 'answer': missing"]
+
+
+def test_hub_failure_says_to_use_local_files(monkeypatch):
+    import types
+
+    def load_dataset(*a, **k):
+        raise ConnectionError("no network")
+
+    monkeypatch.setitem(
+        __import__("sys").modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset)
+    )
+    with pytest.raises(RuntimeError, match="--local gsm8k=PATH"):
+        load_source("gsm8k")

@@ -1,0 +1,1 @@
+"""Package data: the IFEval prompt set (see README.md)."""
