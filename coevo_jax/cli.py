@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as e:
-            if e.name == name:  # not in this build
+            if e.name and (name == e.name or name.startswith(e.name + ".")):  # not in this build
                 continue
             raise
         module.register(sub)

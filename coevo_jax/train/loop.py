@@ -55,7 +55,8 @@ from coevo_jax.train.metrics import MetricsWriter
 from coevo_jax.train.plots import FEATURES_FILE, plot_run
 from rollout_bridge.engine import GenerationError, GenerationRequest
 
-RewardFn = Callable[[Sequence[Any], Sequence[str]], Sequence[float]]
+# (records, completions, agent_ids) -> one reward per completion
+RewardFn = Callable[[Sequence[Any], Sequence[str], Sequence[int]], Sequence[float]]
 
 
 @dataclasses.dataclass
@@ -79,24 +80,27 @@ def load_backbone(spec) -> Backbone:
 
 
 def load_records(cfg: TrainConfig, run_dir: Path) -> list[Any]:
-    """The training records: ``data.path`` or the ``data.mixture`` built into the run dir."""
+    """The training records: ``data.path`` (a ``coevo data build`` directory or a JSONL file),
+    else the ``data.mixture`` built into ``run_dir/data`` (once; reused on resume)."""
     from coevo_jax import data
 
-    path = Path(cfg.data.path) if cfg.data.path else None
-    if path is None:
-        path = run_dir / "data"
-        if not (path / "manifest.json").is_file():
-            data.build_mixture(cfg.data.mixture, path, seed=cfg.loop.seed)
-    if path.is_dir():
-        records = data.load_split(path, cfg.data.split)
-    else:
-        records = data.read_records(path)
+    path = Path(cfg.data.path) if cfg.data.path else run_dir / "data"
+    if cfg.data.path is None and not (path / "manifest.json").is_file():
+        built = data.build_mixture(cfg.data.mixture, seed=cfg.loop.seed, progress=True)
+        data.write_mixture(built, path)
+    file = path / f"{cfg.data.split}.jsonl" if path.is_dir() else path
+    if not file.is_file():
+        raise FileNotFoundError(f"{file}: no such data file (data.path / data.split)")
+    records = data.read_records(file)
     if not records:
-        raise ValueError(f"{path}: no records in split {cfg.data.split!r}")
+        raise ValueError(f"{file}: no records")
     return records
 
 
-def default_reward_fn(records: Sequence[Any], completions: Sequence[str]) -> list[float]:
+def default_reward_fn(
+    records: Sequence[Any], completions: Sequence[str], agent_ids: Sequence[int]
+) -> list[float]:
+    """The verifiers of DESIGN §5 (the agent does not matter to them)."""
     from coevo_jax.rewards import score_batch
 
     return list(score_batch(records, completions))
@@ -147,7 +151,7 @@ class Trainer:
       run_dir: output directory (config, metrics, checkpoints, plots, adapters).
       backbone: a preloaded :class:`Backbone` (default: load ``cfg.model``).
       records: training records (default: ``cfg.data``).
-      reward_fn: ``(records, completions) -> rewards`` (default: the verifiers).
+      reward_fn: ``(records, completions, agent_ids) -> rewards`` (default: the verifiers).
       engine: a rollout engine (default: the in-process engine for ``inprocess``, the HTTP
         engine for ``http``).
       progress: show a progress bar.
@@ -352,7 +356,10 @@ class Trainer:
         flat = [(p, t) for p in pairs for t in sorted(by_pair[p], key=lambda t: t.sample_index)]
         tok = self.backbone.tokenizer
         texts = [tok.decode(list(t.completion_ids), skip_special_tokens=True) for _, t in flat]
-        rewards = np.asarray(self.reward_fn([recs[p[0]] for p, _ in flat], texts), np.float32)
+        rewards = np.asarray(
+            self.reward_fn([recs[p[0]] for p, _ in flat], texts, [p[1] for p, _ in flat]),
+            np.float32,
+        )
         if cfg.rollout.overlong_penalty:
             lengths = np.array([len(t.completion_ids) for _, t in flat])
             rewards = rewards + np.asarray(

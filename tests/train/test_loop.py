@@ -27,7 +27,7 @@ def tiny_config(**loop):
     )
 
 
-def reward_has_digit_char(records, completions):
+def reward_has_digit_char(records, completions, agents):
     """Scripted reward with variance: 1 when the completion holds an even-coded character."""
     return [float(any((ord(c) % 2 == 0) for c in text[:3])) for text in completions]
 
