@@ -1,0 +1,47 @@
+from pathlib import Path
+
+import pytest
+
+from coevo_jax._config import ConfigError, from_dict
+from coevo_jax.train.config import CONFIG_DIR, TrainConfig, load_config
+
+
+@pytest.mark.parametrize("path", sorted(CONFIG_DIR.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_config_loads(path):
+    cfg = load_config(path)
+    assert cfg.lora.n_agents == cfg.router.n_agents
+
+
+def test_paper_configs_carry_the_hyperparameter_table():
+    c = load_config(CONFIG_DIR / "paper_homogeneous.yaml")
+    assert (c.loop.seed, c.lora.n_agents, c.lora.rank, c.lora.alpha, c.lora.dropout) == (42, 4, 16, 32.0, 0.05)
+    assert (c.rl.learning_rate, c.rl.warmup_steps, c.rl.beta, c.rl.eps_low) == (3e-5, 600, 1e-4, 0.2)
+    assert (c.router.lam, c.router.tau, c.router.margin, c.router.lr) == (2.0, 0.7, 1.0, 1e-4)
+    assert (c.rollout.group_size, c.rollout.max_new_tokens, c.data.max_input_tokens) == (8, 1000, 800)
+    assert (c.loop.queries_per_round, c.loop.groups_per_step, c.loop.max_policy_steps) == (16, 16, 6000)
+    h = load_config(CONFIG_DIR / "paper_heterogeneous.yaml")
+    assert h.setting == "heterogeneous" and (h.router.c_ucb, h.router.w_ent) == (0.2, 0.2)
+    assert len(h.agent_models) == 3
+
+
+def test_unknown_key_names_its_path(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("router:\n  tau: 0.7\n  taus: 0.5\n")
+    with pytest.raises(ConfigError, match=r"router\.taus"):
+        load_config(p)
+
+
+def test_invariant_violation_is_explained():
+    with pytest.raises(ConfigError, match="fallback"):
+        from_dict(TrainConfig, {"router": {"n_agents": 4, "lam": 0.5}})
+
+
+def test_overrides_and_cross_checks():
+    cfg = load_config(CONFIG_DIR / "cpu_default.yaml", ["loop.rounds=3", "router.tau=0.6"])
+    assert cfg.loop.rounds == 3 and cfg.router.tau == 0.6
+    with pytest.raises(ConfigError, match="n_agents"):
+        from_dict(TrainConfig, {"lora": {"n_agents": 3}})
+    with pytest.raises(ConfigError, match="urls"):
+        from_dict(TrainConfig, {"rollout": {"engine": "http"}})
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(Path("/nonexistent.yaml"))
