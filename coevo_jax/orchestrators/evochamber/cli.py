@@ -4,7 +4,8 @@
         --tasks 20 --out runs/evo [--baselines] [--config cfg.yaml] [--set alpha=0.2 ...]
 
 The LLM is ``rollout_bridge.text.EngineTextLLM`` over the in-process JAX engine (``--model``,
-default: the project's default model) or ``rollout_bridge.http_engine.HTTPEngine(url)``, with
+default: the project's default model) or ``rollout_bridge.http_engine.HTTPEngine`` (``--url``,
+``--served-model-name``), with
 every agent served by the shared backbone (imported lazily: ``coevo_jax`` does not import
 ``rollout_bridge`` at module level). Rewards come from ``coevo_jax.rewards.score``.
 """
@@ -27,7 +28,14 @@ def register(subparsers) -> None:
     )
     p.add_argument("--engine", default="inprocess", choices=("inprocess", "http"))
     p.add_argument("--url", default=None, help="server URL for --engine http")
-    p.add_argument("--model", default=None, help="model path/name for the engine")
+    p.add_argument(
+        "--model", default=None, help="model path (weights + tokenizer); default: SmolLM2-135M"
+    )
+    p.add_argument(
+        "--served-model-name",
+        default=None,
+        help="--engine http: the name the server's base model answers to",
+    )
     p.add_argument(
         "--tasks", type=int, default=None, help="about this many tasks, every niche kept"
     )
@@ -59,8 +67,14 @@ class SharedBackbone:
         return self.llm.complete([dataclasses.replace(r, agent=-1) for r in requests])
 
 
-def make_llm(engine: str, url: str | None, model: str | None, seed: int):
-    """A TextLLM over the rollout bridge: the in-process JAX engine or an HTTP server."""
+def make_llm(
+    engine: str, url: str | None, model: str | None, seed: int, served_model_name: str | None = None
+):
+    """A TextLLM over the rollout bridge: the in-process JAX engine, or an HTTP server (vLLM or
+    ``coevo serve``) whose base model answers to ``served_model_name``. The tokenizer (chat
+    template) is loaded locally from ``model`` (default: the project's default model)."""
+    if engine == "http" and not url:
+        raise SystemExit("coevo evochamber: --engine http needs --url")
     try:
         from rollout_bridge.text import EngineTextLLM
     except ImportError as e:
@@ -88,15 +102,17 @@ def make_llm(engine: str, url: str | None, model: str | None, seed: int):
             decoder.params, decoder.config, None, eos_ids=tok.eos_token_ids, pad_id=tok.pad_token_id
         )
     else:
-        if not url:
-            raise SystemExit("coevo evochamber: --engine http needs --url")
-        try:
-            from rollout_bridge.http_engine import HTTPEngine
-        except ImportError as e:
-            raise SystemExit(
-                f"coevo evochamber: --engine http needs rollout_bridge.http_engine.HTTPEngine ({e})"
-            ) from e
-        eng = HTTPEngine(url)
+        import tempfile
+
+        from rollout_bridge.http_engine import HTTPEngine
+
+        eng = HTTPEngine(
+            url,
+            base_model=served_model_name or model or "SmolLM2-135M-Instruct",
+            adapter_dir=tempfile.mkdtemp(prefix="evochamber-adapters-"),
+            eos_ids=tok.eos_token_ids,
+            family=decoder.config.family,
+        )
     return SharedBackbone(EngineTextLLM(eng, tok, {}))
 
 
@@ -115,7 +131,7 @@ def main(args: argparse.Namespace) -> int:
     else:
         cfg = from_dict(EvoChamberConfig, apply_overrides(to_dict(EvoChamberConfig()), overrides))
     records = build_stream(args.stream, args.data, limit=args.tasks, seed=cfg.seed)
-    llm = make_llm(args.engine, args.url, args.model, cfg.seed)
+    llm = make_llm(args.engine, args.url, args.model, cfg.seed, args.served_model_name)
     reward_fn = default_reward_fn()
     rt = Runtime(llm, reward_fn, make_embedder(args.embedder, cfg.embed_dim), cfg)
     out = Path(args.out)

@@ -187,15 +187,17 @@ def write_report(
     fig.savefig(out / "codream_matrix.png", dpi=120)
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    ax.plot(s["pool_size"], color="gray", label="pool size")
+    fig, (ax0, ax) = plt.subplots(2, 1, figsize=(7, 4.5), sharex=True, height_ratios=(1, 1.4))
+    ax0.plot(s["pool_size"], color="gray")
+    ax0.set_ylabel("pool size")
+    ax0.set_title("Lifecycle events over time")
     ops = ["genesis", "fork", "merge", "prune", "specialize"]
     for k, op in enumerate(ops):
         steps = [e["step"] for e in s["lifecycle"] if e["op"] == op]
-        ax.scatter(steps, [k + 1] * len(steps), marker="|", s=200, label=op)
+        ax.scatter(steps, [k] * len(steps), marker="|", s=300)
+    ax.set_yticks(range(len(ops)), ops)
+    ax.set_ylim(-0.5, len(ops) - 0.5)
     ax.set_xlabel("task")
-    ax.set_title("Lifecycle events over time")
-    ax.legend(fontsize=7, ncol=3)
     fig.tight_layout()
     fig.savefig(out / "lifecycle.png", dpi=120)
     plt.close(fig)

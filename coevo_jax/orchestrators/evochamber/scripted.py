@@ -87,7 +87,7 @@ class ScriptedLLM:
     def _one(self, req: TextRequest) -> str:
         rec = self._task(req.prompt)
         agent, tag = str(req.agent), req.tag
-        m = re.search(r"Task niche: ([^.\n]+)\.", req.prompt)
+        m = re.search(r"(?:Task niche|Tagged niches): ([^.,\n]+)[.,]", req.prompt)
         niche = rec["niche"] if rec else (m.group(1) if m else "?")
         if tag == "leadlearn":
             s = self.structure

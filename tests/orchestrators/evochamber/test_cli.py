@@ -49,6 +49,8 @@ def test_missing_bridge_gives_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "rollout_bridge.text", None)  # import fails
     with pytest.raises(SystemExit, match="rollout_bridge.text.EngineTextLLM"):
         cli.make_llm("inprocess", None, None, 0)
+    with pytest.raises(SystemExit, match="needs --url"):
+        cli.make_llm("http", None, None, 0)
 
 
 def test_main_end_to_end_with_a_scripted_bridge(tmp_path, monkeypatch, capsys):
@@ -75,7 +77,9 @@ def test_main_end_to_end_with_a_scripted_bridge(tmp_path, monkeypatch, capsys):
         "coevo_jax.orchestrators.evochamber.streams.offline_source", lambda name: []
     )
     monkeypatch.setattr(
-        cli, "make_llm", lambda engine, url, model, seed: ScriptedLLM(stream, {}, default=0.6)
+        cli,
+        "make_llm",
+        lambda engine, url, model, seed, served: ScriptedLLM(stream, {}, default=0.6),
     )
     monkeypatch.setattr(
         "coevo_jax.orchestrators.evochamber.loop.default_reward_fn", lambda: boxed_reward
