@@ -116,9 +116,14 @@ def _block(
         if lora_l is not None and name in lora_l:
             agent_ids, scale, dropout, rng = lora_meta
             key = None if rng is None else jax.random.fold_in(rng, TARGET_MODULES.index(name))
-            y = y + lora_delta(
+            delta = lora_delta(
                 h, lora_l[name]["A"], lora_l[name]["B"], agent_ids, scale, dropout=dropout, rng=key
-            ).astype(y.dtype)
+            )
+            # A select rather than `y + 0`: once XLA fuses the add into a consumer (Qwen3's
+            # q/k norm) the sum can be contracted/reassociated, and adapter-off rows would
+            # drift by an ulp from the base model. The select keeps them bit-exact.
+            on = (agent_ids >= 0)[:, None, None]
+            y = jnp.where(on, y + delta.astype(y.dtype), y)
         return y
 
     h = rms_norm(x, lp["attn_norm"], cfg.rms_norm_eps)

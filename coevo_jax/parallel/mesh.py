@@ -1,0 +1,117 @@
+"""Device meshes with the project's three named axes, and multi-host start-up.
+
+Axes: ``data`` (pure data parallelism: params replicated), ``fsdp`` (batch split *and* params
+sharded, gathered per layer by XLA), ``tensor`` (Megatron-style split of heads and MLP width).
+The mesh uses ``AxisType.Auto`` so jit keeps GSPMD's propagation semantics: shardings placed on
+inputs flow through the program and the results equal the single-device ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Sequence
+
+import jax
+from jax.sharding import AxisType, Mesh
+
+AXES = ("data", "fsdp", "tensor")
+
+log = logging.getLogger(__name__)
+
+
+def make_mesh(
+    data: int = 1,
+    fsdp: int = -1,
+    tensor: int = 1,
+    *,
+    devices: Sequence[jax.Device] | None = None,
+) -> Mesh:
+    """A ``Mesh`` of shape ``(data, fsdp, tensor)`` over ``devices`` (default: all devices).
+
+    One size may be -1: it takes all devices the others leave. The product must equal the
+    device count.
+
+    Raises:
+      ValueError: sizes that do not multiply to the device count, or more than one -1.
+    """
+    devices = list(jax.devices() if devices is None else devices)
+    n = len(devices)
+    sizes = [data, fsdp, tensor]
+    if sizes.count(-1) > 1:
+        raise ValueError(
+            f"at most one mesh axis may be -1, got data={data} fsdp={fsdp} tensor={tensor}"
+        )
+    if any(s == 0 or s < -1 for s in sizes):
+        raise ValueError(f"mesh axis sizes must be positive or -1, got {sizes}")
+    if -1 in sizes:
+        rest = math.prod(s for s in sizes if s != -1)
+        if n % rest:
+            raise ValueError(
+                f"{n} devices cannot be split into axes {dict(zip(AXES, sizes, strict=True))}"
+            )
+        sizes[sizes.index(-1)] = n // rest
+    if math.prod(sizes) != n:
+        raise ValueError(
+            f"mesh {dict(zip(AXES, sizes, strict=True))} needs {math.prod(sizes)} devices, have {n}"
+        )
+    return jax.make_mesh(tuple(sizes), AXES, axis_types=(AxisType.Auto,) * 3, devices=devices)
+
+
+# Variables that mark a multi-process launch, checked in this order.
+_COORD_VARS = ("JAX_COORDINATOR_ADDRESS", "COORDINATOR_ADDRESS")
+_NPROC_VARS = ("JAX_NUM_PROCESSES", "NUM_PROCESSES", "WORLD_SIZE")
+_PID_VARS = ("JAX_PROCESS_ID", "PROCESS_ID", "RANK")
+_CLUSTER_VARS = (
+    "SLURM_JOB_ID",
+    "OMPI_COMM_WORLD_SIZE",
+    "TPU_WORKER_HOSTNAMES",
+    "MEGASCALE_COORDINATOR_ADDRESS",
+)
+
+
+def _env(names: Sequence[str]) -> str | None:
+    for name in names:
+        if os.environ.get(name):
+            return os.environ[name]
+    return None
+
+
+def initialize_distributed() -> bool:
+    """Starts ``jax.distributed`` for a multi-host run, from the launcher's environment.
+
+    Reads the coordinator ``host:port`` from ``JAX_COORDINATOR_ADDRESS`` (or
+    ``COORDINATOR_ADDRESS``; ``MASTER_ADDR``+``MASTER_PORT`` as torchrun sets them), the process
+    count from ``JAX_NUM_PROCESSES``/``NUM_PROCESSES``/``WORLD_SIZE`` and this process's id from
+    ``JAX_PROCESS_ID``/``PROCESS_ID``/``RANK``. Without those but inside SLURM, Open MPI or a TPU
+    pod it lets JAX auto-detect the cluster. Otherwise (a single process) it does nothing.
+    Calling it twice is harmless.
+
+    Returns:
+      True when the process is part of an initialised multi-process run.
+    """
+    if jax.distributed.is_initialized():
+        return True
+    coord = _env(_COORD_VARS)
+    if coord is None and os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
+        coord = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    nproc = _env(_NPROC_VARS)
+    pid = _env(_PID_VARS)
+    if coord is not None:
+        if nproc is None or pid is None:
+            raise ValueError(
+                f"coordinator address {coord!r} is set but the process count or id is not; set "
+                f"one of {_NPROC_VARS} and one of {_PID_VARS}"
+            )
+        if int(nproc) <= 1:
+            return False
+        jax.distributed.initialize(
+            coordinator_address=coord, num_processes=int(nproc), process_id=int(pid)
+        )
+    elif _env(_CLUSTER_VARS) is not None:
+        jax.distributed.initialize()
+    else:
+        return False
+    log.info("jax.distributed: process %d of %d", jax.process_index(), jax.process_count())
+    return True
