@@ -13,7 +13,8 @@ writes the English Punkt parameters shipped, pickle-free, by ``nltk-punkt-tokeni
 own English model, converted) into a private cache directory once, and puts that directory
 first on ``nltk.data.path``; nltk's own Punkt code then runs unchanged, offline.
 
-``langdetect`` samples at random; its seed is fixed to 0 so rewards are reproducible.
+``langdetect`` samples at random; its seed is fixed to 0 so rewards are reproducible, and
+the registry's own draws (for invalid arguments) are seeded per instruction too.
 
 Scoring follows the official evaluation (``test_instruction_following_strict/_loose``):
 kwargs with falsy values are dropped before ``build_description``; an instruction whose args
@@ -28,6 +29,7 @@ import functools
 import importlib.metadata
 import importlib.util
 import os
+import random
 import sys
 import tempfile
 import types
@@ -149,10 +151,19 @@ def _clean_kwargs(kw: Mapping[str, Any] | None) -> dict[str, Any]:
 def _build(instruction_id: str, kwargs: Mapping[str, Any] | None, prompt: str | None):
     cls = registry().INSTRUCTION_DICT[instruction_id]
     inst = cls(instruction_id)
-    inst.build_description(**_clean_kwargs(kwargs))
-    args = inst.get_instruction_args()
-    if args and "prompt" in args and prompt is not None:
-        inst.build_description(prompt=prompt)
+    # The registry draws missing or invalid arguments from the global ``random`` (IFEval
+    # item 1122 asks for the "letter" '#', which it replaces by a random letter). Seeding it
+    # for the build, and restoring it after, makes the reward reproducible without touching
+    # the caller's random stream.
+    state = random.getstate()
+    random.seed(0)
+    try:
+        inst.build_description(**_clean_kwargs(kwargs))
+        args = inst.get_instruction_args()
+        if args and "prompt" in args and prompt is not None:
+            inst.build_description(prompt=prompt)
+    finally:
+        random.setstate(state)
     return inst
 
 

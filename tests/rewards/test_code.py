@@ -254,7 +254,9 @@ def test_exit_before_tests(contained):
         "def f(x): return 4\nraise SystemExit(0)",
     ):
         assert code.score(src, tc) == 0.0, src
-    assert code.score("import sys\nsys.exit(0)", {"inputs": [[2]], "outputs": [4]}, fn_name="f") == 0
+    assert (
+        code.score("import sys\nsys.exit(0)", {"inputs": [[2]], "outputs": [4]}, fn_name="f") == 0
+    )
 
 
 def test_monkeypatching_the_harness(contained):
@@ -291,7 +293,9 @@ def test_monkeypatching_the_harness(contained):
         "    return -1\n"
     )
     assert code.score(patched, tc) == 0.0
-    fake_output = "import sys\nsys.stdout.write('ok\\n')\nsys.stdout.flush()\nimport os\nos._exit(0)"
+    fake_output = (
+        "import sys\nsys.stdout.write('ok\\n')\nsys.stdout.flush()\nimport os\nos._exit(0)"
+    )
     assert code.score(fake_output, {"inputs": [""], "outputs": ["secret\n"]}) == 0.0
 
 
