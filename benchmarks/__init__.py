@@ -1,0 +1,1 @@
+"""Throughput benchmarks against the PyTorch stack; see benchmarks/NOTES.md."""

@@ -1,0 +1,146 @@
+"""Helpers every benchmark shares: machine description, git commit, interleaved timing,
+JSON results and a printed table.
+
+Results go to ``benchmarks/results/<name>-<UTC timestamp>.json`` with the figures, the
+benchmark's config, the machine and the git commit, so a number can always be traced back.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent
+RESULTS = ROOT / "results"
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine_info() -> dict[str, Any]:
+    """Where the figures were measured: CPU, core count, load, library versions."""
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as f:
+            info["mem_total"] = f.readline().split(":", 1)[1].strip()
+    except OSError:
+        pass
+    for mod in ("jax", "jaxlib", "flax", "torch", "transformers"):
+        if mod in sys.modules:
+            info[mod] = getattr(sys.modules[mod], "__version__", "?")
+    if "jax" in sys.modules:
+        jax = sys.modules["jax"]
+        info["jax_backend"] = jax.default_backend()
+        info["jax_devices"] = [str(d) for d in jax.devices()]
+    if "torch" in sys.modules:
+        info["torch_threads"] = sys.modules["torch"].get_num_threads()
+    return info
+
+
+def git_commit() -> str:
+    """HEAD's hash, with ``-dirty`` when tracked files differ from it."""
+    try:
+        head = subprocess.check_output(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, text=True, stderr=subprocess.DEVNULL
+        ).strip()
+        dirty = subprocess.run(
+            ["git", "diff", "--quiet", "HEAD", "--", "."], cwd=ROOT.parent, check=False
+        ).returncode
+        return head + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    """``(wall seconds, result)`` of one call."""
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def interleaved(
+    fns: Mapping[str, Callable[[], Any]], repeats: int, *, warmup: int = 1
+) -> dict[str, list[float]]:
+    """Wall times of each fn, run round-robin so load drift hits every contender alike.
+
+    Each fn runs ``warmup`` untimed times first (compiles, allocator warm-up), then the
+    contenders alternate ``repeats`` times, the order rotating each round.
+    """
+    names = list(fns)
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(repeats):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order:
+            times[name].append(timed(fns[name])[0])
+    return times
+
+
+def summary(times: Sequence[float]) -> dict[str, float]:
+    return {
+        "median_s": statistics.median(times),
+        "min_s": min(times),
+        "max_s": max(times),
+        "runs": len(times),
+    }
+
+
+def write_result(name: str, payload: Mapping[str, Any]) -> Path:
+    """Writes ``payload`` + machine + commit + time to ``results/<name>-<stamp>.json``."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    record = {
+        "benchmark": name,
+        "time_utc": stamp,
+        "git_commit": git_commit(),
+        "machine": machine_info(),
+        **payload,
+    }
+    path = RESULTS / f"{name}-{stamp}.json"
+    path.write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
+    return path
+
+
+def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """A plain-text (markdown) table of ``rows``; floats get 4 significant digits."""
+    if not rows:
+        return ""
+    columns = list(columns or rows[0].keys())
+
+    def cell(v):
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return str(v)
+
+    body = [[cell(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(b[i]) for b in body)) for i, c in enumerate(columns)]
+    line = lambda vals: (
+        "| " + " | ".join(v.ljust(w) for v, w in zip(vals, widths, strict=True)) + " |"
+    )
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(columns), sep, *(line(b) for b in body)])
