@@ -6,9 +6,22 @@ items in a pool of killable worker processes. Each class also has its own module
 soft overlong penalty (it imports JAX, so it is loaded only when asked for).
 """
 
-from coevo_jax.rewards.dispatch import RewardConfig, record_class, score, score_batch
+from coevo_jax.rewards.dispatch import (
+    RewardConfig,
+    RewardPool,
+    record_class,
+    score,
+    score_batch,
+)
 
-__all__ = ["RewardConfig", "record_class", "score", "score_batch", "soft_overlong_penalty"]
+__all__ = [
+    "RewardConfig",
+    "RewardPool",
+    "record_class",
+    "score",
+    "score_batch",
+    "soft_overlong_penalty",
+]
 
 
 def __getattr__(name):

@@ -176,6 +176,113 @@ def _context():
     return forkserver_context()
 
 
+class RewardPool:
+    """A reusable pool of reward workers: start it once per run, call :meth:`score` per step.
+
+    Workers keep their SymPy caches and parsed gold answers between calls, and no call pays
+    for starting processes. Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, workers: int = 2, config: RewardConfig = RewardConfig()):
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.config = config
+        self._ctx = _context()
+        self._workers = [_Worker(self._ctx, config) for _ in range(workers)]
+
+    @property
+    def workers(self) -> int:
+        return len(self._workers)
+
+    def score(
+        self, records: Sequence[Any], completions: Sequence[str], *, progress: bool = False
+    ) -> list[float]:
+        """Scores ``completions[i]`` against ``records[i]``; see :func:`score_batch`."""
+        if self._workers is None:
+            raise RuntimeError("RewardPool is closed")
+        if len(records) != len(completions):
+            raise ValueError(f"{len(records)} records but {len(completions)} completions")
+        n = len(records)
+        results = [0.0] * n
+        if n == 0:
+            return results
+        pending = deque(
+            (i, _plain_record(r), completions[i] or "", record_class(r))
+            for i, r in enumerate(records)
+        )
+        pool, config = self._workers, self.config
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=n, desc="rewards", unit="item")
+        done = 0
+        try:
+            while done < n:
+                for w in pool:
+                    if w.item is None and pending:
+                        i, rec, comp, cls = pending.popleft()
+                        w.item = i
+                        w.deadline = time.monotonic() + config.timeout_for(cls) + config.grace_s
+                        w.conn.send((i, rec, comp))
+                busy = [w for w in pool if w.item is not None]
+                timeout = max(0.0, min(w.deadline for w in busy) - time.monotonic())
+                ready = wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout)
+                for k, w in enumerate(pool):
+                    if w.item is None:
+                        continue
+                    finished = False
+                    if w.conn in ready:
+                        try:
+                            idx, value = w.conn.recv()
+                            results[idx] = float(value)
+                            finished = True
+                        except (EOFError, OSError):
+                            pass
+                    if finished:
+                        w.item = None
+                    elif w.proc.sentinel in ready or time.monotonic() >= w.deadline:
+                        if w.proc.is_alive():
+                            log.warning("reward: item %d timed out; worker killed", w.item)
+                        else:
+                            log.warning("reward: worker died on item %d", w.item)
+                        w.kill()
+                        pool[k] = _Worker(self._ctx, config)
+                    else:
+                        continue
+                    done += 1
+                    if bar is not None:
+                        bar.update(1)
+        finally:
+            # an interrupted call leaves no half-answered worker behind
+            for k, w in enumerate(pool):
+                if w.item is not None:
+                    w.kill()
+                    pool[k] = _Worker(self._ctx, config)
+            if bar is not None:
+                bar.close()
+        return results
+
+    def close(self) -> None:
+        if self._workers is None:
+            return
+        for w in self._workers:
+            try:
+                w.conn.send(None)
+            except OSError:
+                pass
+        for w in self._workers:
+            w.proc.join(timeout=2.0)
+            w.kill()
+        self._workers = None
+
+    def __enter__(self) -> RewardPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def score_batch(
     records: Sequence[Any],
     completions: Sequence[str],
@@ -183,79 +290,21 @@ def score_batch(
     workers: int = 2,
     config: RewardConfig = RewardConfig(),
     progress: bool = False,
+    pool: RewardPool | None = None,
 ) -> list[float]:
     """Scores ``completions[i]`` against ``records[i]`` in ``workers`` processes.
 
     A pathological item costs its class's timeout (plus ``config.grace_s`` at worst) and a 0;
-    it never stops the batch. Returns one float per item, in order.
+    it never stops the batch. Returns one float per item, in order. With ``pool`` the call
+    reuses that :class:`RewardPool` (and its config); otherwise a pool lives for this call.
     """
     if len(records) != len(completions):
         raise ValueError(f"{len(records)} records but {len(completions)} completions")
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    n = len(records)
-    results = [0.0] * n
-    if n == 0:
-        return results
-    items = []
-    for i, r in enumerate(records):
-        items.append((i, _plain_record(r), completions[i] or "", record_class(r)))
-    ctx = _context()
-    pending = deque(items)
-    pool = [_Worker(ctx, config) for _ in range(min(workers, n))]
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=n, desc="rewards", unit="item")
-    done = 0
-    try:
-        while done < n:
-            for w in pool:
-                if w.item is None and pending:
-                    i, rec, comp, cls = pending.popleft()
-                    w.item = i
-                    w.deadline = time.monotonic() + config.timeout_for(cls) + config.grace_s
-                    w.conn.send((i, rec, comp))
-            busy = [w for w in pool if w.item is not None]
-            now = time.monotonic()
-            timeout = max(0.0, min(w.deadline for w in busy) - now)
-            ready = wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout)
-            for k, w in enumerate(pool):
-                if w.item is None:
-                    continue
-                finished = False
-                if w.conn in ready:
-                    try:
-                        idx, value = w.conn.recv()
-                        results[idx] = float(value)
-                        finished = True
-                    except (EOFError, OSError):
-                        pass
-                if finished:
-                    w.item = None
-                elif w.proc.sentinel in ready or time.monotonic() >= w.deadline:
-                    if w.proc.is_alive():
-                        log.warning("reward: item %d timed out; worker killed", w.item)
-                    else:
-                        log.warning("reward: worker died on item %d", w.item)
-                    w.kill()
-                    pool[k] = _Worker(ctx, config)
-                else:
-                    continue
-                done += 1
-                if bar is not None:
-                    bar.update(1)
-    finally:
-        for w in pool:
-            try:
-                if w.item is None and w.proc.is_alive():
-                    w.conn.send(None)
-            except OSError:
-                pass
-            w.kill() if w.item is not None else w.proc.join(timeout=1.0)
-            if w.proc.is_alive():
-                w.kill()
-        if bar is not None:
-            bar.close()
-    return results
+    if pool is not None:
+        return pool.score(records, completions, progress=progress)
+    if not records:
+        return []
+    with RewardPool(min(workers, len(records)), config) as p:
+        return p.score(records, completions, progress=progress)

@@ -29,6 +29,7 @@ disagree on this, and a model writing either has the right answer.
 
 from __future__ import annotations
 
+import functools
 import re
 from fractions import Fraction
 
@@ -238,7 +239,10 @@ def strings_equal(pred: str, gold: str) -> bool | None:
 # SymPy stage (runs in a child process unless the caller is itself killable).
 
 
+@functools.lru_cache(maxsize=4096)
 def _parse(s: str, percent: bool):
+    # Cached: a GRPO group scores G completions against one gold, often with repeats. The
+    # results are only read (sympy_equal never mutates), so sharing them is safe.
     from latex2sympy2_extended import latex2sympy
     from latex2sympy2_extended.math_normalization import NormalizationConfig
 
@@ -331,6 +335,7 @@ def _match_all(xs: list, ys: list) -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=4096)
 def symbolic_equal(pred: str, gold: str) -> bool:
     """Parses both normalised answers with latex2sympy2_extended and compares them.
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from coevo_jax.rewards import RewardConfig, score, score_batch
+from coevo_jax.rewards import RewardConfig, RewardPool, score, score_batch
 
 MATH = {"id": "m1", "class": "math", "true_answer": "\\frac{1}{2}"}
 REASON = {"id": "r1", "class": "reasoning", "true_answer": "(B)"}
@@ -61,6 +61,21 @@ def test_batch_order_and_values():
     assert score_batch([], [], workers=2) == []
     with pytest.raises(ValueError):
         score_batch([MATH], [], workers=2)
+
+
+def test_pool_is_reusable_and_survives_a_timeout():
+    cfg = RewardConfig(math_timeout_s=1.0, grace_s=0.5)
+    with RewardPool(workers=2, config=cfg) as pool:
+        assert pool.workers == 2
+        assert score_batch([MATH] * 4, ["\\boxed{0.5}"] * 4, pool=pool) == [1.0] * 4
+        bomb = "\\boxed{10^{10^{10^{10}}}}"
+        t = time.monotonic()
+        got = pool.score([MATH, MATH, MATH], ["\\boxed{1/2}", bomb, "\\boxed{2/4}"])
+        assert got == [1.0, 0.0, 1.0]
+        assert time.monotonic() - t < cfg.math_timeout_s + cfg.grace_s + 5.0
+        assert pool.score([REASON], ["\\boxed{B}"]) == [1.0]
+    with pytest.raises(RuntimeError):
+        pool.score([MATH], ["x"])
 
 
 def _mixed(n: int, bombs: list[tuple[dict, str]]):
