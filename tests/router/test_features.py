@@ -131,3 +131,11 @@ def test_left_truncation_keeps_the_last_tokens(hf_llama):
     assert np.abs(h[0] - np.concatenate([full[3], full[4]])).max() > 1e-3  # truncation mattered
     ref_short = _hf_last_hidden(hf, short_q)
     np.testing.assert_allclose(h[1], np.concatenate([ref_short[3], ref_short[4]]), atol=1e-4)
+
+
+def test_backbone_receives_no_gradient_through_features():
+    params = init_params(TINY, jax.random.key(1))
+    ids = jnp.array([[5, 6, 7, 8]])
+    grads = jax.grad(lambda p: features(p, TINY, ids).sum())(params)
+    for leaf in jax.tree.leaves(grads):
+        np.testing.assert_array_equal(np.asarray(leaf), 0.0)
