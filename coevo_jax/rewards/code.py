@@ -23,12 +23,15 @@ Anything that fails (no code, compile error, crash, timeout, oversize output) sc
 from __future__ import annotations
 
 import ast
+import logging
 import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from coevo_jax.rewards.sandbox import SandboxConfig, SandboxResult, run_program
+
+log = logging.getLogger(__name__)
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _PY_TAGS = {"python", "py", "python3", "py3"}
@@ -219,7 +222,19 @@ def score_detailed(
     if config is None:
         config = SandboxConfig(timeout_s=timeout_s)
     result = run_program(code, mode, tests, fn_name=fn_name or _fn(test_cases), config=config)
+    _warn_isolation(result)
     return judge(result, mode, expected), result
+
+
+_warned: set[str] = set()
+
+
+def _warn_isolation(result: SandboxResult) -> None:
+    iso = result.isolation
+    for msg in iso.errors + ([] if iso.net else ["no network namespace: network not isolated"]):
+        if msg not in _warned:
+            _warned.add(msg)
+            log.warning("code sandbox: %s", msg)
 
 
 def _fn(test_cases: Any) -> str | None:

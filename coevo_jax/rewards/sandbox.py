@@ -87,8 +87,11 @@ class SandboxConfig:
                 raise ValueError(f"SandboxConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.output_cap_mb <= 0:
             raise ValueError(f"SandboxConfig.output_cap_mb must be > 0, got {self.output_cap_mb}")
-        if not 0 < self.uid_base and self.uid_count >= 1:
-            raise ValueError("SandboxConfig.uid_base must be > 0 and uid_count >= 1")
+        if self.uid_base <= 0 or self.uid_count < 1:
+            raise ValueError(
+                f"SandboxConfig needs uid_base > 0 and uid_count >= 1, got {self.uid_base}, "
+                f"{self.uid_count}"
+            )
 
 
 @dataclasses.dataclass
