@@ -203,12 +203,19 @@ def hub_loader(
     local: Mapping[str, Sequence[str | os.PathLike]] | None = None,
     on_error: Literal["raise", "skip"] = "skip",
 ) -> Loader:
-    """A loader reading ``local[source]`` (or ``local["source:split"]``) files where given,
-    else the HF hub."""
+    """A loader reading local files where given, else the HF hub.
+
+    ``local["source:split"]`` gives the files of one split; plain ``local["source"]`` gives
+    the source's main split only (its train split, or its test split for an evaluation-only
+    benchmark), so a training file is never read back as a test split.
+    """
     local = dict(local or {})
 
     def load(source: str, split: str) -> tuple[list[Record], LoadReport]:
-        files = local.get(f"{source}:{split}") or local.get(source)
+        files = local.get(f"{source}:{split}")
+        spec = SOURCES[source]
+        if files is None and split == (spec.train_split or spec.test_split):
+            files = local.get(source)
         return load_source(source, split=split, files=files, on_error=on_error)
 
     return load

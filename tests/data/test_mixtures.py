@@ -226,3 +226,27 @@ def test_written_files_read_back(tmp_path, paper_calls):
     assert read_records(tmp_path / "eval_id.jsonl") == built.records["eval_id"]
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert manifest["content_sha256"] == built.manifest["content_sha256"]
+
+
+def test_hub_loader_local_files_map_to_splits(monkeypatch):
+    from coevo_jax.data import mixtures
+
+    seen = []
+    monkeypatch.setattr(
+        mixtures,
+        "load_source",
+        lambda source, split, files, on_error: seen.append((source, split, files)),
+    )
+    load = mixtures.hub_loader(
+        {"gsm8k": ["tr.jsonl"], "humaneval": ["he.jsonl"], "mbpp:test": ["te.jsonl"]}
+    )
+    load("gsm8k", "train")
+    load("gsm8k", "test")  # a plain source=PATH is never read back as the test split
+    load("humaneval", "test")  # eval-only: its one split
+    load("mbpp", "test")
+    assert seen == [
+        ("gsm8k", "train", ["tr.jsonl"]),
+        ("gsm8k", "test", None),
+        ("humaneval", "test", ["he.jsonl"]),
+        ("mbpp", "test", ["te.jsonl"]),
+    ]
