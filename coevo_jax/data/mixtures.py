@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from coevo_jax.data.jsonl import dumps_records
+from coevo_jax.data.jsonl import dumps_records, read_records
 from coevo_jax.data.record import Record
 from coevo_jax.data.sources import SOURCES, LoadReport, load_source
 
@@ -375,3 +375,28 @@ def write_mixture(built: BuiltMixture, out_dir: str | os.PathLike) -> Path:
             os.fsync(fh.fileno())
         os.replace(tmp, out / name)
     return out
+
+
+def read_mixture(out_dir: str | os.PathLike, *, verify: bool = True) -> dict[str, list[Record]]:
+    """The records of a written mixture, by role (``train``, ``eval_id``, ``eval_ood``).
+
+    With ``verify`` each file's sha256 must match ``manifest.json`` (a file edited or cut
+    short after the build is an error naming it).
+    """
+    out = Path(out_dir)
+    manifest_path = out / "manifest.json"
+    if not manifest_path.exists():
+        raise FileNotFoundError(f"{manifest_path}: not a mixture folder (run `coevo data build`)")
+    manifest = json.loads(manifest_path.read_text())
+    records = {}
+    for role in ROLES:
+        path = out / f"{role}.jsonl"
+        if verify:
+            want = manifest["files"][f"{role}.jsonl"]["sha256"]
+            got = hashlib.sha256(path.read_bytes()).hexdigest()
+            if got != want:
+                raise ValueError(
+                    f"{path}: sha256 {got[:12]}... does not match the manifest's {want[:12]}..."
+                )
+        records[role] = read_records(path)
+    return records

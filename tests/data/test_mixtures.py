@@ -7,7 +7,15 @@ import sys
 
 import pytest
 
-from coevo_jax.data import MIXTURES, Record, build_mixture, is_heldout, read_records, write_mixture
+from coevo_jax.data import (
+    MIXTURES,
+    Record,
+    build_mixture,
+    is_heldout,
+    read_mixture,
+    read_records,
+    write_mixture,
+)
 from coevo_jax.data.mixtures import Take, split_value
 from coevo_jax.data.sources import SOURCES, LoadReport
 
@@ -224,6 +232,11 @@ def test_written_files_read_back(tmp_path, paper_calls):
     built = paper_calls[0]
     write_mixture(built, tmp_path)
     assert read_records(tmp_path / "eval_id.jsonl") == built.records["eval_id"]
+    assert read_mixture(tmp_path) == built.records
+    with open(tmp_path / "eval_ood.jsonl", "ab") as fh:
+        fh.write(b"\n")
+    with pytest.raises(ValueError, match="eval_ood.jsonl: sha256"):
+        read_mixture(tmp_path)
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert manifest["content_sha256"] == built.manifest["content_sha256"]
 
