@@ -35,6 +35,15 @@ SEED_DESCRIPTIONS = {
     "reasoning": "Answers general knowledge and reasoning questions.",
 }
 
+# Each expert's own answer-format instruction (the agent's prompt, fixed per agent, so it
+# carries no per-query label): what lets a verifier gate check its answers.
+AGENT_TEMPLATES = {
+    "math": "{query}\n\nPut your final answer within \\boxed{}.",
+    "code": "{query}\n\nReturn the complete solution in one ```python code block.",
+    "instructions": "{query}",
+    "reasoning": "{query}\n\nPut your final answer within \\boxed{}.",
+}
+
 
 class BenchmarkDataError(ValueError):
     """Records are missing or malformed; the message names the file/record and field."""
@@ -70,6 +79,11 @@ class Benchmark:
     test: tuple[LabeledQuery, ...]
     records: Mapping[str, Any]
     manifest: dict[str, Any]
+
+    @property
+    def agent_templates(self) -> dict[str, str]:
+        """Each agent's own prompt template (see :data:`AGENT_TEMPLATES`)."""
+        return {a.name: AGENT_TEMPLATES[a.name] for a in self.agents}
 
     def register(self, store: ProfileStore) -> ProfileStore:
         """Registers every agent of the benchmark in ``store``; returns it."""

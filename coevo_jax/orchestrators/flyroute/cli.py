@@ -231,7 +231,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             )
         except ImportError as e:
             raise SystemExit(f"coevo flyroute: {e}") from e
-    pipe = FlyRoute.from_llm(store, llm, cfg, gate=gate)
+    pipe = FlyRoute.from_llm(store, llm, cfg, gate=gate, agent_templates=bench.agent_templates)
     n = len(bench.train)
     if args.checkpoints:
         try:

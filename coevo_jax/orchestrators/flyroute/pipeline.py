@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Mapping
 
 from coevo_jax.orchestrators.flyroute.config import FlyRouteConfig
 from coevo_jax.orchestrators.flyroute.distill import Distiller
@@ -66,6 +67,10 @@ class FlyRoute:
       gate: the quality gate.
       distiller: distils learned descriptions; None disables distillation.
       explore: False disables exploration (exploit-only dispatch).
+      agent_templates: optional agent name -> the agent's own prompt around the query, with
+        a ``{query}`` placeholder (e.g. an answer-format line). It is part of the agent, fixed
+        per agent, so it says nothing about which agent a query belongs to; the router, judge
+        and stores see the raw query.
     """
 
     def __init__(
@@ -78,7 +83,12 @@ class FlyRoute:
         gate: Gate,
         distiller: Distiller | None = None,
         explore: bool = True,
+        agent_templates: Mapping[str, str] | None = None,
     ):
+        for a, t in (agent_templates or {}).items():
+            if "{query}" not in t:
+                raise ValueError(f"agent template for {a!r} lacks the {{query}} placeholder: {t!r}")
+        self.agent_templates = dict(agent_templates or {})
         self.store = store
         self.config = config
         self.agent_llm = agent_llm
@@ -100,6 +110,7 @@ class FlyRoute:
         gate: Gate | None = None,
         service_agent: str | int = -1,
         explore: bool = True,
+        agent_templates: Mapping[str, str] | None = None,
     ) -> FlyRoute:
         """All roles on one LLM: agents by name, router/judge/distiller as ``service_agent``."""
         config = config or FlyRouteConfig()
@@ -120,7 +131,13 @@ class FlyRoute:
             gate=gate,
             distiller=Distiller(llm, config, service_agent=service_agent),
             explore=explore,
+            agent_templates=agent_templates,
         )
+
+    def agent_prompt(self, agent: str, text: str) -> str:
+        """The prompt ``agent`` receives for query ``text`` (its template, if it has one)."""
+        t = self.agent_templates.get(agent)
+        return text if t is None else t.replace("{query}", text)
 
     def route(self, queries: list[Query]) -> list[RouteResult]:
         """Exploit-only routing of a batch (evaluation): no dispatch, no profile change."""
@@ -145,7 +162,7 @@ class FlyRoute:
 
         reqs = [
             TextRequest(
-                prompt=query.text,
+                prompt=self.agent_prompt(a, query.text),
                 agent=a,
                 max_tokens=cfg.agent_max_tokens,
                 temperature=cfg.agent_temperature,

@@ -110,7 +110,13 @@ def test_verifier_gate_over_the_project_rewards():
     pytest.importorskip("coevo_jax.rewards", reason="needs the reward verifiers")
     records = {
         "m": {"id": "m", "source": "t", "class": "math", "problem": "2+2?", "true_answer": "4"},
-        "r": {"id": "r", "source": "t", "class": "reasoning", "problem": "A or B?", "true_answer": "B"},
+        "r": {
+            "id": "r",
+            "source": "t",
+            "class": "reasoning",
+            "problem": "A or B?",
+            "true_answer": "B",
+        },
     }
     gate = VerifierGate(verifier_from_records(records), theta=0.7)
     items = [

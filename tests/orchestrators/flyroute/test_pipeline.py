@@ -122,3 +122,23 @@ def test_gold_labels_cannot_change_what_the_pipeline_does(tmp_path):
         replay(fr, train, bench.test, checkpoints=[0, len(train)], progress=False)
         runs.append((list(store.events()), [dataclasses.astuple(r) for r in llm.calls]))
     assert runs[0] == runs[1]
+
+
+def test_agent_templates_reach_only_the_agents():
+    from coevo_jax.orchestrators.flyroute.exploit import ROUTER_TAG
+    from coevo_jax.orchestrators.flyroute.gate import JUDGE_TAG
+
+    llm = ScriptedLLM()
+    fr = FlyRoute.from_llm(_store(), llm, agent_templates={"math": "{query}\n\nUse \\boxed{}."})
+    res = fr.step(Query("q", "question about integral now"))
+    assert res.dispatched[0] == "math"
+    prompts = {r.agent: r.prompt for r in llm.by_tag(AGENT_TAG)}
+    assert prompts["math"] == "question about integral now\n\nUse \\boxed{}."
+    assert all(p == "question about integral now" for a, p in prompts.items() if a != "math")
+    assert "boxed" not in llm.by_tag(ROUTER_TAG)[0].prompt
+    assert all(
+        "Query:\nquestion about integral now\n\nResponse" in r.prompt for r in llm.by_tag(JUDGE_TAG)
+    )
+    assert fr.store["math"].successes[-1].query == "question about integral now"
+    with pytest.raises(ValueError, match="placeholder"):
+        FlyRoute.from_llm(_store(), llm, agent_templates={"math": "no placeholder"})
