@@ -17,7 +17,8 @@ per phase:
 
 The proposal's author is the insight's *giver*. Each insight is written to every active agent
 whose competence on the insight's niche is strictly below the pool median there
-(:func:`recipients`); with everyone equal, nobody is below the median and nothing is written.
+(:func:`recipients`), taken after the task's own competence update (the seed's order: update,
+then CoDream); with everyone equal, nobody is below the median and nothing is written.
 
 Fallbacks (never an error; each counted under the name in brackets): an unlabeled
 diagnosis/delta uses the whole reply, clipped; an unlabeled strategy is the reply's first
