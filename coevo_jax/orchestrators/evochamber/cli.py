@@ -24,7 +24,10 @@ def register(subparsers) -> None:
     )
     p.add_argument("--stream", required=True, choices=("hard_math", "hard_code", "aflow"))
     p.add_argument(
-        "--data", default="data/offline", help="directory of source JSONL files (see streams.py)"
+        "--data",
+        default=None,
+        help="directory of source JSONL files (aime, codecontests, hotpotqa, drop, or overrides); "
+        "sources without a file come from the offline builders (see streams.py)",
     )
     p.add_argument("--engine", default="inprocess", choices=("inprocess", "http"))
     p.add_argument("--url", default=None, help="server URL for --engine http")
