@@ -3,20 +3,22 @@
 One orchestration round:
 
 1. draw ``B_global`` distinct queries (deterministic from the seed and the data cursor);
-2. router features from a partial pass of the frozen backbone (``router.features``);
+2. router features from a partial pass of the frozen router backbone (``router.features``);
 3. familiarity and 4. exploration-augmented cumulative-threshold routing (``router.route``);
-5. ``G`` rollouts per (query, activated agent) through the engine, rewards from the verifiers
-   (plus the DAPO soft overlong penalty when enabled);
+5. ``G`` rollouts per (query, activated agent) through each agent's engine; rewards from the
+   verifiers (plus the DAPO soft overlong penalty when enabled);
 6. groups onto each agent's LIFO buffer;
-7. one jitted policy step for every agent whose buffer holds ``groups_per_step`` groups (all
-   ready agents share one step: the adapters are stacked), then the new adapters are published;
+7. a jitted policy step for every agent whose buffer holds ``groups_per_step`` groups (agents
+   that share a backbone share one step: their adapters are stacked), then the new adapters
+   are published to the engines;
 8. a router step from the round's cross-agent advantages;
 9. metrics, plots and, on schedule, an atomic checkpoint of the complete state.
 
-Homogeneous setting (N adapters on one backbone). The per-agent generation entropy that feeds
-the exploration bonus is estimated as the mean negative log-prob of the sampled tokens under
-the sampling distribution, an unbiased estimate of that distribution's per-token entropy that
-needs no extra forward pass (our reading; the seed does not say how it is measured).
+Homogeneous and heterogeneous settings run the same round over agent groups
+(``coevo_jax.train.setup``). The per-agent generation entropy that feeds the exploration bonus
+is estimated as the mean negative log-prob of the sampled tokens under the sampling
+distribution, an unbiased estimate of that distribution's per-token entropy that needs no
+extra forward pass (our reading; the seed does not say how it is measured).
 """
 
 from __future__ import annotations
@@ -34,9 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from coevo_jax._config import to_dict
-from coevo_jax.lora import init_lora, unstack
 from coevo_jax.rl.penalties import soft_overlong_penalty
-from coevo_jax.rl.train_step import PolicyState, init_policy_state, make_policy_step
 from coevo_jax.router import (
     feature_dim,
     init_router,
@@ -53,48 +53,21 @@ from coevo_jax.train.checkpoint import latest_checkpoint, load_checkpoint, save_
 from coevo_jax.train.config import TrainConfig
 from coevo_jax.train.metrics import MetricsWriter
 from coevo_jax.train.plots import FEATURES_FILE, plot_run
+from coevo_jax.train.setup import (
+    AgentGroup,
+    Backbone,
+    QueryStream,
+    load_backbone,
+    load_records,
+    make_engine,
+    make_groups,
+)
 from rollout_bridge.engine import GenerationError, GenerationRequest
+
+__all__ = ["Backbone", "QueryStream", "Trainer", "default_reward_fn"]
 
 # (records, completions, agent_ids) -> one reward per completion
 RewardFn = Callable[[Sequence[Any], Sequence[str], Sequence[int]], Sequence[float]]
-
-
-@dataclasses.dataclass
-class Backbone:
-    """A frozen decoder: params pytree, ModelConfig, tokenizer."""
-
-    params: Any
-    cfg: Any
-    tokenizer: Any
-
-
-def load_backbone(spec) -> Backbone:
-    """Loads ``ModelSpec`` ``spec`` (``default`` = the embedded SmolLM2 GGUF)."""
-    from coevo_jax import models
-
-    path = models.default_model_path() if spec.path == "default" else spec.path
-    model, tokenizer = models.load(path, dtype=jnp.dtype(spec.dtype))
-    if tokenizer is None:
-        raise ValueError(f"{path}: no tokenizer found; the loop needs one to build prompts")
-    return Backbone(model.params, model.config, tokenizer)
-
-
-def load_records(cfg: TrainConfig, run_dir: Path) -> list[Any]:
-    """The training records: ``data.path`` (a ``coevo data build`` directory or a JSONL file),
-    else the ``data.mixture`` built into ``run_dir/data`` (once; reused on resume)."""
-    from coevo_jax import data
-
-    path = Path(cfg.data.path) if cfg.data.path else run_dir / "data"
-    if cfg.data.path is None and not (path / "manifest.json").is_file():
-        built = data.build_mixture(cfg.data.mixture, seed=cfg.loop.seed, progress=True)
-        data.write_mixture(built, path)
-    file = path / f"{cfg.data.split}.jsonl" if path.is_dir() else path
-    if not file.is_file():
-        raise FileNotFoundError(f"{file}: no such data file (data.path / data.split)")
-    records = data.read_records(file)
-    if not records:
-        raise ValueError(f"{file}: no records")
-    return records
 
 
 def default_reward_fn(
@@ -111,49 +84,19 @@ def _seed(*parts: Any) -> int:
     return int.from_bytes(h, "little") & 0x7FFFFFFF
 
 
-class QueryStream:
-    """Deterministic sampling of distinct queries: a fresh permutation per epoch.
-
-    State is ``(epoch, position)``, saved in checkpoints as the data cursor.
-    """
-
-    def __init__(self, n: int, seed: int, epoch: int = 0, position: int = 0):
-        if n < 1:
-            raise ValueError("QueryStream needs at least one record")
-        self.n, self.seed, self.epoch, self.position = n, seed, epoch, position
-
-    def _perm(self, epoch: int) -> np.ndarray:
-        return np.random.default_rng([self.seed, epoch]).permutation(self.n)
-
-    def next(self, k: int) -> list[int]:
-        k = min(k, self.n)
-        out: list[int] = []
-        while len(out) < k:
-            perm = self._perm(self.epoch)
-            while self.position < self.n and len(out) < k:
-                idx = int(perm[self.position])
-                self.position += 1
-                if idx not in out:
-                    out.append(idx)
-            if self.position >= self.n:
-                self.epoch, self.position = self.epoch + 1, 0
-        return out
-
-    def state(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "position": self.position}
-
-
 class Trainer:
     """Runs CERA-MoA rounds and owns every piece of state a checkpoint must hold.
 
     Args:
       cfg: the run config.
       run_dir: output directory (config, metrics, checkpoints, plots, adapters).
-      backbone: a preloaded :class:`Backbone` (default: load ``cfg.model``).
+      backbone: the preloaded router backbone, which is also the agents' backbone in the
+        homogeneous setting (default: load ``cfg.model``).
+      agent_backbones: heterogeneous setting: one preloaded backbone per agent (default: load
+        ``cfg.agent_models``).
       records: training records (default: ``cfg.data``).
       reward_fn: ``(records, completions, agent_ids) -> rewards`` (default: the verifiers).
-      engine: a rollout engine (default: the in-process engine for ``inprocess``, the HTTP
-        engine for ``http``).
+      engines: one rollout engine per agent group (default: from ``cfg.rollout``).
       progress: show a progress bar.
     """
 
@@ -163,81 +106,82 @@ class Trainer:
         run_dir: str | Path,
         *,
         backbone: Backbone | None = None,
+        agent_backbones: Sequence[Backbone] | None = None,
         records: Sequence[Any] | None = None,
         reward_fn: RewardFn | None = None,
-        engine: Any = None,
+        engines: Sequence[Any] | None = None,
         progress: bool = True,
     ):
-        if cfg.setting != "homogeneous":
-            raise NotImplementedError(
-                "the heterogeneous setting (one backbone per agent) is validated by the config "
-                "loader but the loop runs the homogeneous setting only so far"
-            )
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.progress = progress
-        self.backbone = backbone or load_backbone(cfg.model)
+        if cfg.setting == "homogeneous":
+            self.router_backbone = backbone or load_backbone(cfg.model)
+            agent_bbs = [self.router_backbone]
+        else:
+            self.router_backbone = backbone or load_backbone(cfg.router_model or cfg.model)
+            if agent_backbones is None:
+                cache: dict[tuple, Backbone] = {}
+                agent_backbones = []
+                for spec in cfg.agent_models:
+                    key = (spec.path, spec.dtype)
+                    if key not in cache:
+                        cache[key] = load_backbone(spec)
+                    agent_backbones.append(cache[key])
+            agent_bbs = list(agent_backbones)
         self.records = list(records) if records is not None else load_records(cfg, self.run_dir)
         self.reward_fn = reward_fn or default_reward_fn
         n = cfg.lora.n_agents
-        key = jax.random.PRNGKey(cfg.loop.seed)
-        lora = init_lora(jax.random.fold_in(key, 1), cfg.lora, self.backbone.params)
-        self.policy: PolicyState = init_policy_state(lora, cfg.rl, jax.random.fold_in(key, 2))
-        in_dim = feature_dim(self.backbone.cfg.hidden_size, cfg.router.feature_layers)
+        self.groups: list[AgentGroup] = make_groups(cfg, agent_bbs)
+        for k, g in enumerate(self.groups):
+            g.engine = engines[k] if engines is not None else make_engine(cfg, g, k, self.run_dir)
+        self.group_of = {a: g for g in self.groups for a in g.agents}
+        in_dim = feature_dim(self.router_backbone.cfg.hidden_size, cfg.router.feature_layers)
         self.router = init_router(cfg.router, in_dim, seed=cfg.loop.seed)
         self.buffers = [LIFOBuffer() for _ in range(n)]
         self.versions = [0] * n
         self.stream = QueryStream(len(self.records), cfg.loop.seed)
         self.round = 0
-        self.step_fn = make_policy_step(self.backbone.cfg, cfg.rl, donate=True)
-        self.engine = engine if engine is not None else self._make_engine()
-        self._prompt_cache: dict[int, list[int]] = {}
+        self._router_prompts: dict[int, list[int]] = {}
         self._features_log: dict[str, list] = {"h": [], "agent": [], "cls": []}
         self.metrics = MetricsWriter(self.run_dir)
         (self.run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
 
-    # ---------------------------------------------------------------- setup helpers
-    def _make_engine(self):
-        tok = self.backbone.tokenizer
-        if self.cfg.rollout.engine == "inprocess":
-            from rollout_bridge.local_engine import InProcessEngine
+    # ---------------------------------------------------------------- helpers
+    @property
+    def backbone(self) -> Backbone:
+        """The router backbone (the shared backbone in the homogeneous setting)."""
+        return self.router_backbone
 
-            # The engine keeps its own copy: the policy step donates (and so frees) the state's.
-            return InProcessEngine(
-                self.backbone.params,
-                self.backbone.cfg,
-                jax.tree.map(jnp.copy, self.policy.lora),
-                eos_ids=tok.eos_token_ids,
-                pad_id=tok.pad_token_id,
-            )
-        from rollout_bridge.http_engine import HTTPEngine
-
-        return HTTPEngine(
-            self.cfg.rollout.urls[0],
-            base_model=self.cfg.model.name,
-            adapter_dir=self.cfg.rollout.adapter_dir or str(self.run_dir / "adapters"),
-            eos_ids=tok.eos_token_ids,
-        )
-
-    def _prompt(self, idx: int) -> list[int]:
-        if idx not in self._prompt_cache:
+    def _router_prompt(self, idx: int) -> list[int]:
+        if idx not in self._router_prompts:
             from coevo_jax.data.templates import render_chat
 
-            self._prompt_cache[idx] = render_chat(
-                self.records[idx], self.backbone.tokenizer, self.cfg.data.max_input_tokens
+            self._router_prompts[idx] = render_chat(
+                self.records[idx], self.router_backbone.tokenizer, self.cfg.data.max_input_tokens
             )
-        return self._prompt_cache[idx]
+        return self._router_prompts[idx]
+
+    _prompt = _router_prompt  # the router's view of a query (also the agents' when homogeneous)
+
+    def agent_steps(self) -> list[int]:
+        steps = [0] * self.cfg.lora.n_agents
+        for g in self.groups:
+            for k, a in enumerate(g.agents):
+                steps[a] = int(np.asarray(g.policy.agent_steps)[k])
+        return steps
 
     def publish_all(self) -> None:
-        for i in range(self.cfg.lora.n_agents):
-            self.engine.publish(i, unstack(self.policy.lora, i), self.versions[i])
+        for g in self.groups:
+            for a in g.agents:
+                g.publish(a, self.versions[a])
 
     # ---------------------------------------------------------------- checkpointing
     def _arrays(self) -> dict[str, Any]:
         r = self.router
         return {
-            "policy": self.policy,
+            "policies": [g.policy for g in self.groups],
             "router": {
                 "params": r.params,
                 "opt_state": r.opt_state,
@@ -270,7 +214,8 @@ class Trainer:
         if path is None:
             return False
         arrays, host = load_checkpoint(path, self._arrays())
-        self.policy = arrays["policy"]
+        for g, p in zip(self.groups, arrays["policies"], strict=True):
+            g.policy = p
         r = arrays["router"]
         self.router = self.router.replace(
             params=r["params"], opt_state=r["opt_state"], counters=r["counters"], step=r["step"]
@@ -288,24 +233,97 @@ class Trainer:
         return True
 
     # ---------------------------------------------------------------- one round
+    def _generate(self, idx: list[int], active: np.ndarray) -> tuple[list, list[str]]:
+        """Step 5: G samples per (query, activated agent), through each agent's engine."""
+        cfg = self.cfg
+        trajs, failures = [], []
+        for g in self.groups:
+            requests = []
+            for q, rec_idx in enumerate(idx):
+                for a in g.agents:
+                    if not active[q, a]:
+                        continue
+                    requests.append(
+                        GenerationRequest(
+                            prompt_ids=tuple(
+                                g.prompt(self.records, rec_idx, cfg.data.max_input_tokens)
+                            ),
+                            agent_id=g.local(a),
+                            n=cfg.rollout.group_size,
+                            max_tokens=cfg.rollout.max_new_tokens,
+                            temperature=cfg.rollout.temperature,
+                            top_p=cfg.rollout.top_p,
+                            seed=_seed(cfg.loop.seed, self.round, rec_idx, a),
+                            query_id=f"{self.round}:{q}:{a}",
+                        )
+                    )
+            if not requests:
+                continue
+            try:
+                trajs += g.engine.generate(requests)
+            except GenerationError as e:  # dropped from the round and reported, never zero-rewarded
+                trajs += e.trajectories
+                failures += [fr.query_id for fr in e.failures]
+        return trajs, failures
+
+    def _policy_steps(self) -> dict[str, Any]:
+        """Step 7: pop full micro-batches and step every group that has a ready agent."""
+        cfg = self.cfg
+        out: dict[str, Any] = {"agents": [], "kept_fraction": None, "per_agent": {}}
+        kept = []
+        steps = self.agent_steps()
+        for g in self.groups:
+            ready: list[Group] = []
+            stepped = []
+            for a in g.agents:
+                buf = self.buffers[a]
+                buf.drop_stale(self.versions[a], cfg.rollout.max_staleness)
+                if steps[a] >= cfg.loop.max_policy_steps:
+                    continue
+                rep = buf.pop(cfg.loop.groups_per_step, dynamic_sampling=cfg.rl.dynamic_sampling)
+                if rep is None:
+                    continue
+                ready += [dataclasses.replace(x, agent_id=g.local(a)) for x in rep.groups]
+                stepped.append(a)
+                kept.append(rep.kept_fraction)
+            if not ready:
+                continue
+            batch, _ = build_policy_batch(
+                ready,
+                cfg.rl,
+                completion_len=cfg.rollout.max_new_tokens,
+                pad_id=g.backbone.tokenizer.pad_token_id,
+            )
+            g.policy, m = g.step_fn(g.policy, g.backbone.params, batch)
+            m = jax.device_get(m)
+            for a in stepped:
+                k = g.local(a)
+                out["per_agent"][str(a)] = {name: float(np.asarray(v)[k]) for name, v in m.items()}
+                self.versions[a] += 1
+                g.publish(a, self.versions[a])
+            out["agents"] += stepped
+        if kept:
+            out["kept_fraction"] = float(np.mean(kept))
+        return out
+
     def run_round(self) -> dict[str, Any]:
         cfg = self.cfg
         n_agents = cfg.lora.n_agents
+        g_size = cfg.rollout.group_size
         t0 = time.perf_counter()
         timings: dict[str, float] = {}
         idx = self.stream.next(cfg.loop.queries_per_round)
         recs = [self.records[i] for i in idx]
-        prompts = [self._prompt(i) for i in idx]
 
         # 2-4: features, familiarity, routing
         ids, mask = pad_queries(
-            prompts,
+            [self._router_prompt(i) for i in idx],
             max_len=cfg.router.max_prompt_tokens,
-            pad_id=self.backbone.tokenizer.pad_token_id,
+            pad_id=self.router_backbone.tokenizer.pad_token_id,
         )
         h = router_features(
-            self.backbone.params,
-            self.backbone.cfg,
+            self.router_backbone.params,
+            self.router_backbone.cfg,
             jnp.asarray(ids),
             jnp.asarray(mask),
             layers=cfg.router.feature_layers,
@@ -316,51 +334,29 @@ class Trainer:
         f = np.asarray(decision.f)
         timings["route_s"] = time.perf_counter() - t0
 
-        # 5: generation
+        # 5: generation and rewards
         t1 = time.perf_counter()
-        requests = []
-        for q, rec_idx in enumerate(idx):
-            for i in np.flatnonzero(active[q]):
-                requests.append(
-                    GenerationRequest(
-                        prompt_ids=tuple(prompts[q]),
-                        agent_id=int(i),
-                        n=cfg.rollout.group_size,
-                        max_tokens=cfg.rollout.max_new_tokens,
-                        temperature=cfg.rollout.temperature,
-                        top_p=cfg.rollout.top_p,
-                        seed=_seed(cfg.loop.seed, self.round, rec_idx, int(i)),
-                        query_id=f"{self.round}:{q}:{int(i)}",
-                    )
-                )
-        failures: list[str] = []
-        try:
-            trajs = self.engine.generate(requests)
-        except GenerationError as e:  # dropped from the round and reported, never zero-rewarded
-            trajs = e.trajectories
-            failures = [fr.query_id for fr in e.failures]
+        trajs, failures = self._generate(idx, active)
         timings["generate_s"] = time.perf_counter() - t1
-
-        # rewards
         t2 = time.perf_counter()
         by_pair: dict[tuple[int, int], list] = {}
         for t in trajs:
-            _, q, i = t.query_id.split(":")
-            by_pair.setdefault((int(q), int(i)), []).append(t)
-        pairs = sorted(p for p, ts in by_pair.items() if len(ts) == cfg.rollout.group_size)
-        failures += [
-            f"{self.round}:{q}:{i}"
-            for (q, i), ts in by_pair.items()
-            if len(ts) != cfg.rollout.group_size
-        ]
+            _, q, a = t.query_id.split(":")
+            by_pair.setdefault((int(q), int(a)), []).append(t)
+        pairs = sorted(p for p, ts in by_pair.items() if len(ts) == g_size)
+        failures += [f"{self.round}:{q}:{a}" for (q, a), ts in by_pair.items() if len(ts) != g_size]
         flat = [(p, t) for p in pairs for t in sorted(by_pair[p], key=lambda t: t.sample_index)]
-        tok = self.backbone.tokenizer
-        texts = [tok.decode(list(t.completion_ids), skip_special_tokens=True) for _, t in flat]
+        texts = [
+            self.group_of[p[1]].backbone.tokenizer.decode(
+                list(t.completion_ids), skip_special_tokens=True
+            )
+            for p, t in flat
+        ]
         rewards = np.asarray(
             self.reward_fn([recs[p[0]] for p, _ in flat], texts, [p[1] for p, _ in flat]),
             np.float32,
         )
-        if cfg.rollout.overlong_penalty:
+        if cfg.rollout.overlong_penalty and len(flat):
             lengths = np.array([len(t.completion_ids) for _, t in flat])
             rewards = rewards + np.asarray(
                 soft_overlong_penalty(
@@ -370,26 +366,24 @@ class Trainer:
         timings["reward_s"] = time.perf_counter() - t2
 
         # 6: buffers; rbar and entropy for the router
-        g = cfg.rollout.group_size
         rbar = np.zeros((len(idx), n_agents), np.float32)
         served = np.zeros((len(idx), n_agents), bool)
         ent_sum = np.zeros(n_agents)
         ent_tok = np.zeros(n_agents)
-        for k, p in enumerate(pairs):
-            q, i = p
-            ts = [t for _, t in flat[k * g : (k + 1) * g]]
-            rs = rewards[k * g : (k + 1) * g]
-            rbar[q, i] = float(rs.mean())
-            served[q, i] = True
+        for k, (q, a) in enumerate(pairs):
+            ts = [t for _, t in flat[k * g_size : (k + 1) * g_size]]
+            rs = rewards[k * g_size : (k + 1) * g_size]
+            rbar[q, a] = float(rs.mean())
+            served[q, a] = True
             for t in ts:
-                ent_sum[i] -= float(np.sum(t.logprobs))
-                ent_tok[i] += len(t.logprobs)
-            self.buffers[i].push(
+                ent_sum[a] -= float(np.sum(t.logprobs))
+                ent_tok[a] += len(t.logprobs)
+            self.buffers[a].push(
                 [
                     Group(
-                        agent_id=i,
+                        agent_id=a,
                         query_id=str(recs[q].get("id", idx[q])),
-                        prompt_ids=tuple(prompts[q]),
+                        prompt_ids=tuple(ts[0].prompt_ids),
                         completions=tuple(t.completion_ids for t in ts),
                         logprobs=tuple(tuple(float(x) for x in t.logprobs) for t in ts),
                         rewards=tuple(float(r) for r in rs),
@@ -402,37 +396,9 @@ class Trainer:
             self.router, jnp.asarray(mean_ent, jnp.float32), jnp.asarray(ent_tok, jnp.float32)
         )
 
-        # 7: policy steps for ready agents (one jitted step for all of them)
+        # 7: policy steps
         t3 = time.perf_counter()
-        policy_metrics: dict[str, Any] = {}
-        ready_groups: list[Group] = []
-        stepped = []
-        kept = []
-        for i, buf in enumerate(self.buffers):
-            buf.drop_stale(self.versions[i], cfg.rollout.max_staleness)
-            rep = buf.pop(cfg.loop.groups_per_step, dynamic_sampling=cfg.rl.dynamic_sampling)
-            if rep is not None:
-                ready_groups += rep.groups
-                stepped.append(i)
-                kept.append(rep.kept_fraction)
-        if (
-            ready_groups
-            and int(np.max(np.asarray(self.policy.agent_steps))) < cfg.loop.max_policy_steps
-        ):
-            batch, stats = build_policy_batch(
-                ready_groups,
-                cfg.rl,
-                completion_len=cfg.rollout.max_new_tokens,
-                pad_id=tok.pad_token_id,
-            )
-            self.policy, m = self.step_fn(self.policy, self.backbone.params, batch)
-            m = jax.device_get(m)
-            policy_metrics = {k: [float(x) for x in np.asarray(v)] for k, v in m.items()}
-            policy_metrics["agents"] = stepped
-            policy_metrics["kept_fraction"] = float(np.mean(kept))
-            for i in stepped:
-                self.versions[i] += 1
-                self.engine.publish(i, unstack(self.policy.lora, i), self.versions[i])
+        policy_metrics = self._policy_steps()
         timings["policy_s"] = time.perf_counter() - t3
 
         # 8: router step on the activations actually served
@@ -454,21 +420,20 @@ class Trainer:
             sel = [q for q, r in enumerate(recs) if str(r.get("class", "")) == c]
             by_class[c] = f[sel].mean(axis=0).tolist()
         sizes = active.sum(axis=1)
-        agent_reward = [
-            float(rbar[served[:, i], i].mean()) if served[:, i].any() else None
-            for i in range(n_agents)
-        ]
         record = {
             "round": self.round,
             "system_reward": float(rbar[served].mean()) if served.any() else 0.0,
-            "agent_reward": agent_reward,
+            "agent_reward": [
+                float(rbar[served[:, a], a].mean()) if served[:, a].any() else None
+                for a in range(n_agents)
+            ],
             "familiarity": {"mean": f.mean(axis=0).tolist(), "by_class": by_class},
             "activated": {
                 "mean_per_query": float(sizes.mean()),
                 "histogram": np.bincount(sizes, minlength=n_agents + 1)[1:].tolist(),
                 "per_agent": active.sum(axis=0).tolist(),
             },
-            "updates": [int(x) for x in np.asarray(self.policy.agent_steps)],
+            "updates": self.agent_steps(),
             "versions": list(self.versions),
             "tokens_generated": int(sum(len(t.completion_ids) for _, t in flat)),
             "entropy": mean_ent.tolist(),
@@ -525,7 +490,7 @@ class Trainer:
                 if loop.plot_every and self.round % loop.plot_every == 0:
                     self.write_features()
                     plot_run(self.run_dir)
-                if int(np.max(np.asarray(self.policy.agent_steps))) >= loop.max_policy_steps:
+                if min(self.agent_steps()) >= loop.max_policy_steps:
                     break
         finally:
             if bar is not None:
@@ -537,4 +502,5 @@ class Trainer:
 
     def close(self) -> None:
         self.metrics.close()
-        self.engine.close()
+        for g in self.groups:
+            g.engine.close()

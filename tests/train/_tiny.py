@@ -19,7 +19,9 @@ class CharTokenizer:
         return "".join(chr(32 + (i - 3)) for i in ids if i >= 3)
 
     def apply_chat_template(self, messages, add_generation_prompt=True):
-        return "".join(f"<{m['role']}>{m['content']}" for m in messages) + ("<a>" if add_generation_prompt else "")
+        return "".join(f"<{m['role']}>{m['content']}" for m in messages) + (
+            "<a>" if add_generation_prompt else ""
+        )
 
 
 def tiny_backbone(seed: int = 0, layers: int = 4) -> Backbone:
@@ -41,6 +43,14 @@ def tiny_records(n: int = 12):
     recs = []
     for i in range(n):
         cls = "math" if i % 2 == 0 else "reasoning"
-        recs.append({"id": f"r{i}", "source": "synthetic", "split": "train", "class": cls,
-                     "problem": f"{'add' if cls == 'math' else 'pick'} {i}", "true_answer": str(i)})
+        recs.append(
+            {
+                "id": f"r{i}",
+                "source": "synthetic",
+                "split": "train",
+                "class": cls,
+                "problem": f"{'add' if cls == 'math' else 'pick'} {i}",
+                "true_answer": str(i),
+            }
+        )
     return recs

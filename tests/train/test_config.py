@@ -14,11 +14,30 @@ def test_every_shipped_config_loads(path):
 
 def test_paper_configs_carry_the_hyperparameter_table():
     c = load_config(CONFIG_DIR / "paper_homogeneous.yaml")
-    assert (c.loop.seed, c.lora.n_agents, c.lora.rank, c.lora.alpha, c.lora.dropout) == (42, 4, 16, 32.0, 0.05)
-    assert (c.rl.learning_rate, c.rl.warmup_steps, c.rl.beta, c.rl.eps_low) == (3e-5, 600, 1e-4, 0.2)
+    assert (c.loop.seed, c.lora.n_agents, c.lora.rank, c.lora.alpha, c.lora.dropout) == (
+        42,
+        4,
+        16,
+        32.0,
+        0.05,
+    )
+    assert (c.rl.learning_rate, c.rl.warmup_steps, c.rl.beta, c.rl.eps_low) == (
+        3e-5,
+        600,
+        1e-4,
+        0.2,
+    )
     assert (c.router.lam, c.router.tau, c.router.margin, c.router.lr) == (2.0, 0.7, 1.0, 1e-4)
-    assert (c.rollout.group_size, c.rollout.max_new_tokens, c.data.max_input_tokens) == (8, 1000, 800)
-    assert (c.loop.queries_per_round, c.loop.groups_per_step, c.loop.max_policy_steps) == (16, 16, 6000)
+    assert (c.rollout.group_size, c.rollout.max_new_tokens, c.data.max_input_tokens) == (
+        8,
+        1000,
+        800,
+    )
+    assert (c.loop.queries_per_round, c.loop.groups_per_step, c.loop.max_policy_steps) == (
+        16,
+        16,
+        6000,
+    )
     h = load_config(CONFIG_DIR / "paper_heterogeneous.yaml")
     assert h.setting == "heterogeneous" and (h.router.c_ucb, h.router.w_ent) == (0.2, 0.2)
     assert len(h.agent_models) == 3

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from coevo_jax._config import from_dict
+from coevo_jax._config import from_dict, to_dict
 from coevo_jax.train.config import TrainConfig
 from coevo_jax.train.loop import QueryStream, Trainer
 from tests.train._tiny import tiny_backbone, tiny_records
@@ -16,13 +16,31 @@ def tiny_config(**loop):
         TrainConfig,
         {
             "lora": {"n_agents": 2, "rank": 2, "alpha": 4, "dropout": 0.0},
-            "rl": {"learning_rate": 1e-2, "warmup_steps": 0, "decay_steps": 100, "compute_dtype": "float32",
-                   "remat": False, "beta": 1e-3},
-            "router": {"n_agents": 2, "hidden": 16, "out_dim": 8, "max_prompt_tokens": 64, "lr": 1e-2},
+            "rl": {
+                "learning_rate": 1e-2,
+                "warmup_steps": 0,
+                "decay_steps": 100,
+                "compute_dtype": "float32",
+                "remat": False,
+                "beta": 1e-3,
+            },
+            "router": {
+                "n_agents": 2,
+                "hidden": 16,
+                "out_dim": 8,
+                "max_prompt_tokens": 64,
+                "lr": 1e-2,
+            },
             "data": {"max_input_tokens": 64},
             "rollout": {"group_size": 4, "max_new_tokens": 8},
-            "loop": {"rounds": 3, "queries_per_round": 4, "groups_per_step": 2, "checkpoint_every": 0,
-                     "plot_every": 0, **loop},
+            "loop": {
+                "rounds": 3,
+                "queries_per_round": 4,
+                "groups_per_step": 2,
+                "checkpoint_every": 0,
+                "plot_every": 0,
+                **loop,
+            },
         },
     )
 
@@ -43,22 +61,30 @@ def test_query_stream_is_deterministic_and_distinct():
 
 def test_rounds_route_generate_buffer_and_train(tmp_path):
     cfg = tiny_config()
-    tr = Trainer(cfg, tmp_path, backbone=tiny_backbone(), records=tiny_records(), reward_fn=reward_has_digit_char,
-                 progress=False)
-    before = np.asarray(tr.policy.lora.params["q"]["B"]).copy()
+    tr = Trainer(
+        cfg,
+        tmp_path,
+        backbone=tiny_backbone(),
+        records=tiny_records(),
+        reward_fn=reward_has_digit_char,
+        progress=False,
+    )
+    before = np.asarray(tr.groups[0].policy.lora.params["q"]["B"]).copy()
     rows = tr.run()
     assert [m["round"] for m in rows] == [1, 2, 3]
     # every query activated at least one agent; T counts routed queries
     assert all(m["activated"]["mean_per_query"] >= 1 for m in rows)
     assert rows[-1]["counters"]["T"] == 12
-    assert rows[-1]["counters"]["n"] == list(np.sum([m["activated"]["per_agent"] for m in rows], axis=0))
+    assert rows[-1]["counters"]["n"] == list(
+        np.sum([m["activated"]["per_agent"] for m in rows], axis=0)
+    )
     # generation accounting: every (query, activated agent) produced G completions
     for m in rows:
         assert m["tokens_generated"] > 0 and not m["failures"]
     # policy steps happened and changed exactly the stepped agents' adapters
     steps = rows[-1]["updates"]
     assert sum(steps) > 0
-    after = np.asarray(tr.policy.lora.params["q"]["B"])
+    after = np.asarray(tr.groups[0].policy.lora.params["q"]["B"])
     for i in range(2):
         changed = not np.array_equal(before[:, i], after[:, i])
         assert changed == (steps[i] > 0)
@@ -77,14 +103,32 @@ def test_rounds_route_generate_buffer_and_train(tmp_path):
 @pytest.mark.slow
 def test_resume_reproduces_uninterrupted_run(tmp_path):
     cfg = tiny_config(rounds=4, checkpoint_every=2)
-    full = Trainer(cfg, tmp_path / "full", backbone=tiny_backbone(), records=tiny_records(),
-                   reward_fn=reward_has_digit_char, progress=False)
+    full = Trainer(
+        cfg,
+        tmp_path / "full",
+        backbone=tiny_backbone(),
+        records=tiny_records(),
+        reward_fn=reward_has_digit_char,
+        progress=False,
+    )
     ref = full.run()
-    part = Trainer(cfg, tmp_path / "part", backbone=tiny_backbone(), records=tiny_records(),
-                   reward_fn=reward_has_digit_char, progress=False)
+    part = Trainer(
+        cfg,
+        tmp_path / "part",
+        backbone=tiny_backbone(),
+        records=tiny_records(),
+        reward_fn=reward_has_digit_char,
+        progress=False,
+    )
     part.run(rounds=3)  # checkpoint at round 2, then round 3 is "lost"
-    resumed = Trainer(cfg, tmp_path / "part", backbone=tiny_backbone(), records=tiny_records(),
-                      reward_fn=reward_has_digit_char, progress=False)
+    resumed = Trainer(
+        cfg,
+        tmp_path / "part",
+        backbone=tiny_backbone(),
+        records=tiny_records(),
+        reward_fn=reward_has_digit_char,
+        progress=False,
+    )
     assert resumed.restore()
     assert resumed.round == 3  # the final save of run() checkpoints round 3
     resumed.run()
@@ -93,3 +137,38 @@ def test_resume_reproduces_uninterrupted_run(tmp_path):
     strip = lambda rows: [{k: v for k, v in r.items() if k != "timings"} for r in rows]  # noqa: E731
     assert strip(a) == strip(b)
     assert len(ref) == 4
+
+
+def test_heterogeneous_setting_gives_each_agent_its_own_backbone(tmp_path):
+    base = tiny_config()
+    cfg = from_dict(
+        TrainConfig,
+        {
+            **to_dict(base),
+            "setting": "heterogeneous",
+            "agent_models": [
+                {"path": "tiny-a", "name": "tiny-a"},
+                {"path": "tiny-b", "name": "tiny-b"},
+            ],
+            "loop": {**to_dict(base.loop), "rounds": 2},
+        },
+    )
+    a, b = tiny_backbone(seed=1, layers=2), tiny_backbone(seed=2, layers=3)
+    tr = Trainer(
+        cfg,
+        tmp_path,
+        backbone=tiny_backbone(),
+        agent_backbones=[a, b],
+        records=tiny_records(),
+        reward_fn=reward_has_digit_char,
+        progress=False,
+    )
+    assert [g.agents for g in tr.groups] == [(0,), (1,)]
+    assert tr.groups[1].backbone.cfg.num_layers == 3
+    rows = tr.run()
+    assert rows[-1]["counters"]["T"] == 8
+    steps = rows[-1]["updates"]
+    for k, g in enumerate(tr.groups):
+        assert g.policy.lora.n_agents == 1
+        assert int(np.asarray(g.policy.agent_steps)[0]) == steps[k]
+    tr.close()

@@ -12,8 +12,17 @@ from tests.train._tiny import tiny_backbone
 def _records():
     recs = []
     for i in range(16):
-        recs.append({"id": f"a{i}", "class": "math", "problem": f"AAAA alpha {i} " * 3, "true_answer": "0"})
-        recs.append({"id": f"b{i}", "class": "reasoning", "problem": f"zzzz omega {i} " * 3, "true_answer": "0"})
+        recs.append(
+            {"id": f"a{i}", "class": "math", "problem": f"AAAA alpha {i} " * 3, "true_answer": "0"}
+        )
+        recs.append(
+            {
+                "id": f"b{i}",
+                "class": "reasoning",
+                "problem": f"zzzz omega {i} " * 3,
+                "true_answer": "0",
+            }
+        )
     return recs
 
 
@@ -29,18 +38,36 @@ def test_router_learns_domain_to_agent_mapping(tmp_path):
         {
             "lora": {"n_agents": 2, "rank": 2, "alpha": 4, "dropout": 0.0},
             "rl": {"compute_dtype": "float32", "remat": False},
-            "router": {"n_agents": 2, "hidden": 32, "out_dim": 16, "max_prompt_tokens": 64, "lr": 3e-3,
-                       "c_ucb": 0.5, "w_ent": 0.0},
+            "router": {
+                "n_agents": 2,
+                "hidden": 32,
+                "out_dim": 16,
+                "max_prompt_tokens": 64,
+                "lr": 3e-3,
+                "c_ucb": 0.5,
+                "w_ent": 0.0,
+            },
             "data": {"max_input_tokens": 64},
             "rollout": {"group_size": 2, "max_new_tokens": 2},
             # no policy steps: this test is about the router's co-evolution with fixed skills
-            "loop": {"rounds": 40, "queries_per_round": 8, "groups_per_step": 10_000, "checkpoint_every": 0,
-                     "plot_every": 0},
+            "loop": {
+                "rounds": 40,
+                "queries_per_round": 8,
+                "groups_per_step": 10_000,
+                "checkpoint_every": 0,
+                "plot_every": 0,
+            },
         },
     )
     recs = _records()
-    tr = Trainer(cfg, tmp_path, backbone=tiny_backbone(seed=3), records=recs, reward_fn=scripted_reward,
-                 progress=False)
+    tr = Trainer(
+        cfg,
+        tmp_path,
+        backbone=tiny_backbone(seed=3),
+        records=recs,
+        reward_fn=scripted_reward,
+        progress=False,
+    )
     rows = tr.run()
     # exploration kept both agents fed
     per_agent = np.sum([m["activated"]["per_agent"] for m in rows], axis=0)
@@ -52,7 +79,9 @@ def test_router_learns_domain_to_agent_mapping(tmp_path):
 
     prompts = [tr._prompt(i) for i in range(len(recs))]
     ids, mask = pad_queries(prompts, max_len=64, pad_id=0)
-    h = features(tr.backbone.params, tr.backbone.cfg, jnp.asarray(ids), jnp.asarray(mask), max_len=64)
+    h = features(
+        tr.backbone.params, tr.backbone.cfg, jnp.asarray(ids), jnp.asarray(mask), max_len=64
+    )
     dec = route(tr.router, h, train=False)
     f = np.asarray(dec.f)
     chosen = np.where(np.asarray(dec.active), f, -1).argmax(axis=1)

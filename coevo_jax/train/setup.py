@@ -1,0 +1,178 @@
+"""What a run is built from: backbones, training records, the query stream and agent groups.
+
+An *agent group* is a set of agents that share one backbone, so their adapters are stacked
+and one jitted policy step and one engine serve all of them. The homogeneous setting has a
+single group holding every agent; the heterogeneous setting has one group per agent, each
+with its own base model, tokenizer, adapter and rollout engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from coevo_jax.lora import init_lora, unstack
+from coevo_jax.rl.train_step import PolicyState, init_policy_state, make_policy_step
+from coevo_jax.train.config import ModelSpec, TrainConfig
+
+
+@dataclasses.dataclass
+class Backbone:
+    """A frozen decoder: params pytree, ModelConfig, tokenizer."""
+
+    params: Any
+    cfg: Any
+    tokenizer: Any
+
+
+def load_backbone(spec: ModelSpec) -> Backbone:
+    """Loads ``spec`` (``path: default`` = the embedded SmolLM2 GGUF)."""
+    from coevo_jax import models
+
+    path = models.default_model_path() if spec.path == "default" else spec.path
+    model, tokenizer = models.load(path, dtype=jnp.dtype(spec.dtype))
+    if tokenizer is None:
+        raise ValueError(f"{path}: no tokenizer found; the loop needs one to build prompts")
+    return Backbone(model.params, model.config, tokenizer)
+
+
+def load_records(cfg: TrainConfig, run_dir: Path) -> list[Any]:
+    """The training records: ``data.path`` (a ``coevo data build`` directory or a JSONL file),
+    else the ``data.mixture`` built into ``run_dir/data`` (once; reused on resume)."""
+    from coevo_jax import data
+
+    path = Path(cfg.data.path) if cfg.data.path else run_dir / "data"
+    if cfg.data.path is None and not (path / "manifest.json").is_file():
+        built = data.build_mixture(cfg.data.mixture, seed=cfg.loop.seed, progress=True)
+        data.write_mixture(built, path)
+    file = path / f"{cfg.data.split}.jsonl" if path.is_dir() else path
+    if not file.is_file():
+        raise FileNotFoundError(f"{file}: no such data file (data.path / data.split)")
+    records = data.read_records(file)
+    if not records:
+        raise ValueError(f"{file}: no records")
+    return records
+
+
+class QueryStream:
+    """Deterministic sampling of distinct queries: a fresh permutation per epoch.
+
+    State is ``(epoch, position)``, saved in checkpoints as the data cursor.
+    """
+
+    def __init__(self, n: int, seed: int, epoch: int = 0, position: int = 0):
+        if n < 1:
+            raise ValueError("QueryStream needs at least one record")
+        self.n, self.seed, self.epoch, self.position = n, seed, epoch, position
+
+    def _perm(self, epoch: int) -> np.ndarray:
+        return np.random.default_rng([self.seed, epoch]).permutation(self.n)
+
+    def next(self, k: int) -> list[int]:
+        k = min(k, self.n)
+        out: list[int] = []
+        while len(out) < k:
+            perm = self._perm(self.epoch)
+            while self.position < self.n and len(out) < k:
+                idx = int(perm[self.position])
+                self.position += 1
+                if idx not in out:
+                    out.append(idx)
+            if self.position >= self.n:
+                self.epoch, self.position = self.epoch + 1, 0
+        return out
+
+    def state(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position}
+
+
+@dataclasses.dataclass
+class AgentGroup:
+    """Agents on one backbone: stacked adapters, their optimizer state, step and engine.
+
+    Attributes:
+      agents: global agent ids; position k is local slot k of the stacked adapters.
+      backbone: the shared frozen decoder.
+      policy: the group's ``PolicyState`` (adapters + per-agent AdamW state).
+      step_fn: the jitted policy step (donates ``policy``).
+      engine: the rollout engine serving these agents (slot k = local id k).
+      prompts: cache of rendered prompt ids per record index (tokenizer-specific).
+    """
+
+    agents: tuple[int, ...]
+    backbone: Backbone
+    policy: PolicyState
+    step_fn: Callable
+    engine: Any = None
+    prompts: dict[int, list[int]] = dataclasses.field(default_factory=dict)
+
+    def local(self, agent: int) -> int:
+        return self.agents.index(agent)
+
+    def prompt(self, records: Sequence[Any], idx: int, max_input_tokens: int) -> list[int]:
+        if idx not in self.prompts:
+            from coevo_jax.data.templates import render_chat
+
+            self.prompts[idx] = render_chat(records[idx], self.backbone.tokenizer, max_input_tokens)
+        return self.prompts[idx]
+
+    def publish(self, agent: int, version: int) -> None:
+        self.engine.publish(
+            self.local(agent), unstack(self.policy.lora, self.local(agent)), version
+        )
+
+
+def make_groups(cfg: TrainConfig, backbones: Sequence[Backbone]) -> list[AgentGroup]:
+    """One group over every agent (homogeneous) or one group per agent (heterogeneous).
+
+    ``backbones`` holds one backbone (homogeneous) or one per agent (heterogeneous).
+    """
+    key = jax.random.PRNGKey(cfg.loop.seed)
+    if cfg.setting == "homogeneous":
+        layout = [tuple(range(cfg.lora.n_agents))]
+    else:
+        layout = [(i,) for i in range(cfg.lora.n_agents)]
+    if len(backbones) != len(layout):
+        raise ValueError(
+            f"{cfg.setting} setting needs {len(layout)} backbone(s), got {len(backbones)}"
+        )
+    groups = []
+    for g, (agents, bb) in enumerate(zip(layout, backbones, strict=True)):
+        lora_cfg = dataclasses.replace(cfg.lora, n_agents=len(agents))
+        lora = init_lora(jax.random.fold_in(key, 10 * g + 1), lora_cfg, bb.params)
+        policy = init_policy_state(lora, cfg.rl, jax.random.fold_in(key, 10 * g + 2))
+        groups.append(AgentGroup(agents, bb, policy, make_policy_step(bb.cfg, cfg.rl, donate=True)))
+    return groups
+
+
+def make_engine(cfg: TrainConfig, group: AgentGroup, index: int, run_dir: Path) -> Any:
+    """The default engine of a group: in-process JAX sampler, or HTTP to ``rollout.urls[index]``."""
+    tok = group.backbone.tokenizer
+    if cfg.rollout.engine == "inprocess":
+        from rollout_bridge.local_engine import InProcessEngine
+
+        # The engine keeps its own copy: the policy step donates (and so frees) the state's.
+        return InProcessEngine(
+            group.backbone.params,
+            group.backbone.cfg,
+            jax.tree.map(jnp.copy, group.policy.lora),
+            eos_ids=tok.eos_token_ids,
+            pad_id=tok.pad_token_id,
+        )
+    from rollout_bridge.http_engine import HTTPEngine
+
+    urls = cfg.rollout.urls
+    spec = cfg.model if cfg.setting == "homogeneous" else cfg.agent_models[index]
+    return HTTPEngine(
+        urls[min(index, len(urls) - 1)],
+        base_model=spec.name,
+        adapter_dir=Path(cfg.rollout.adapter_dir or run_dir / "adapters") / f"group{index}",
+        eos_ids=tok.eos_token_ids,
+        family=group.backbone.cfg.family,
+    )
