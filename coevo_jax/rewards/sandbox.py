@@ -25,6 +25,7 @@ a container runtime.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import fcntl
 import json
@@ -44,6 +45,8 @@ from typing import Any, Literal
 
 _CHILD_SOURCE = Path(__file__).with_name("_sandbox_child.py").read_text()
 _LOCK_DIR = Path(tempfile.gettempdir()) / "coevo_jax_sandbox_uids"
+# uids this process has leased, newest last (tests check that nothing of theirs survives)
+leased_uids: collections.deque[int] = collections.deque(maxlen=4096)
 
 Mode = Literal["stdio", "call", "asserts"]
 
@@ -156,6 +159,7 @@ class _UidLease:
                 os.close(fd)
                 continue
             self.uid, self._fd = uid, fd
+            leased_uids.append(uid)
             kill_uid(uid)  # leftovers of a crashed earlier holder
             return
         raise RuntimeError(f"no free sandbox uid in [{base}, {base + count})")
@@ -165,20 +169,24 @@ class _UidLease:
 
 
 def kill_uid(uid: int) -> None:
-    """SIGKILLs every process owned by ``uid`` (root only): ``kill(-1)`` issued as that uid.
+    """SIGKILLs every process owned by ``uid`` (root only): ``kill -9 -1`` run as that uid.
 
     The kernel walks the task list under a lock that ``fork`` also needs, so a fork bomb cannot
-    outrun the sweep.
+    outrun the sweep. The helper is spawned by ``subprocess`` (fork+exec in C), which is safe
+    in a multithreaded (JAX) process, unlike ``os.fork``.
     """
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.setgid(uid)
-            os.setuid(uid)
-            os.kill(-1, signal.SIGKILL)
-        finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
+    subprocess.run(
+        ["/bin/sh", "-c", "kill -9 -1"],
+        user=uid,
+        group=uid,
+        extra_groups=[],
+        env={},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=False,
+        timeout=10,
+    )
 
 
 def uid_processes(uid: int) -> list[int]:
@@ -202,6 +210,21 @@ def uid_processes(uid: int) -> list[int]:
         if uid_line.split()[1:2] == [str(uid)] and "zombie" not in state:
             out.append(int(name))
     return out
+
+
+def uid_is_free(uid: int) -> bool:
+    """Whether no sandbox holds ``uid`` right now (its lease lock is free)."""
+    path = _LOCK_DIR / str(uid)
+    if not path.exists():
+        return True
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _wait_uid_gone(uid: int, timeout_s: float = 5.0) -> None:

@@ -7,37 +7,22 @@ import time
 
 import pytest
 
-from coevo_jax.rewards import code
+from coevo_jax.rewards import code, sandbox
 from coevo_jax.rewards.sandbox import SandboxConfig, run_program
 
 ADD_STDIN = {"inputs": ["1 2\n", "5 7\n", "10 -3\n"], "outputs": ["3\n", "12", "7\n\n"]}
 
 
-def _sandbox_procs() -> list[int]:
-    """Live (non-zombie) processes owned by a sandbox uid."""
-    cfg = SandboxConfig()
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                status = f.read()
-        except OSError:
-            continue
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        uid = int(fields["Uid"].split()[0])
-        if cfg.uid_base <= uid < cfg.uid_base + cfg.uid_count and "zombie" not in fields["State"]:
-            out.append(int(pid))
-    return out
-
-
 @pytest.fixture
 def contained():
-    """After the test: no sandbox process survives and this process is fine."""
+    """After the test: no process survives under the uids this test's sandboxes used (those
+    not leased again meanwhile by a concurrent run), and this process is fine."""
+    before = len(sandbox.leased_uids)
     yield
     if os.geteuid() == 0:
-        assert _sandbox_procs() == []
+        used = set(list(sandbox.leased_uids)[before:])
+        left = {u: sandbox.uid_processes(u) for u in used if sandbox.uid_is_free(u)}
+        assert not any(left.values()), left
     assert os.getpid() > 0 and threading.main_thread().is_alive()
 
 

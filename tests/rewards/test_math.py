@@ -6,7 +6,8 @@ import time
 import pytest
 
 from coevo_jax.rewards import math as math_reward
-from tests.rewards.math_cases import BOMBS, CASES, RAW
+
+from .math_cases import BOMBS, CASES, RAW
 
 
 def _completion(pred: str) -> str:
