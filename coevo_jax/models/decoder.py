@@ -14,6 +14,7 @@ decode step touches the new slots only, instead of rewriting every layer's cache
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -347,6 +348,12 @@ def init_params(
     cfg: ModelConfig, key: jax.Array, dtype: Any = jnp.float32, std: float = 0.02
 ) -> Params:
     """Random params (normal(0, std) matrices, unit norms), e.g. for tests and from-scratch runs."""
+    return _init_params(cfg, key, jnp.dtype(dtype), float(std))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 2, 3))
+def _init_params(cfg: ModelConfig, key: jax.Array, dtype: Any, std: float) -> Params:
+    # One compiled program per config, instead of one eager kernel compile per leaf shape.
     is_shape = lambda s: isinstance(s, tuple)  # noqa: E731
     flat, treedef = jax.tree_util.tree_flatten_with_path(param_shapes(cfg), is_leaf=is_shape)
     keys = jax.random.split(key, len(flat))

@@ -8,7 +8,16 @@ import numpy as np
 import pytest
 
 from coevo_jax.lora.weights import TARGET_MODULES, LoRAWeights
-from coevo_jax.models import Decoder, KVCache, ModelConfig, forward, init_params, jit_forward, load
+from coevo_jax.models import (
+    Decoder,
+    KVCache,
+    ModelConfig,
+    forward,
+    init_params,
+    jit_forward,
+    load,
+    param_shapes,
+)
 
 TOL = 1e-4
 
@@ -31,11 +40,13 @@ def _tiny(family: str, **kw) -> ModelConfig:
 def _perturbed_params(cfg: ModelConfig, seed: int = 0):
     """Random params with non-unit norms, so a wrongly loaded or skipped norm shows."""
     params = init_params(cfg, jax.random.key(seed), std=0.1)
-    key = jax.random.key(seed + 1)
+    rng = np.random.RandomState(seed)
 
     def bump(path, a):
         if "norm" in jax.tree_util.keystr(path):
-            return a + 0.2 * jax.random.normal(jax.random.fold_in(key, a.size), a.shape)
+            return jnp.asarray(
+                np.asarray(a) + 0.2 * rng.standard_normal(a.shape).astype(np.float32)
+            )
         return a
 
     return jax.tree_util.tree_map_with_path(bump, params)
@@ -238,16 +249,14 @@ def test_kv_cache_prefill_then_decode_equals_full_pass(family):
 
 def _random_lora(cfg: ModelConfig, n_agents: int, rank: int = 2, seed: int = 0) -> LoRAWeights:
     """Adapters with random nonzero A and B so every agent really changes the output."""
-    shapes = jax.tree.map(lambda s: s, init_params(cfg, jax.random.key(0)))["layers"]
+    shapes = param_shapes(cfg)["layers"]
+    rng = np.random.RandomState(seed)
     params = {}
-    key = jax.random.key(seed)
-    for i, m in enumerate(TARGET_MODULES):
-        _, d_in, d_out = shapes[m].shape
-        ka, kb = jax.random.split(jax.random.fold_in(key, i))
-        params[m] = {
-            "A": 0.3 * jax.random.normal(ka, (cfg.num_layers, n_agents, d_in, rank)),
-            "B": 0.3 * jax.random.normal(kb, (cfg.num_layers, n_agents, rank, d_out)),
-        }
+    for m in TARGET_MODULES:
+        _, d_in, d_out = shapes[m]
+        a = 0.3 * rng.standard_normal((cfg.num_layers, n_agents, d_in, rank))
+        b = 0.3 * rng.standard_normal((cfg.num_layers, n_agents, rank, d_out))
+        params[m] = {"A": jnp.asarray(a, jnp.float32), "B": jnp.asarray(b, jnp.float32)}
     return LoRAWeights(params=params, scale=2.0)
 
 
