@@ -98,7 +98,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--dtypes", default="fp32,bf16", help="JAX compute dtypes to try")
     ap.add_argument("--no-torch", action="store_true", help="JAX only")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="1 = single-threaded JAX and PyTorch (robust on a shared, overloaded box); "
+        "0 = each library's default (all cores)",
+    )
     args = ap.parse_args(argv)
+    if args.threads == 1:  # must precede the jax import
+        os.environ["XLA_FLAGS"] = (
+            os.environ.get("XLA_FLAGS", "")
+            + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+        )
     if args.quick:
         args.repeats, args.new_tokens, args.prompts = 1, 16, 4
 
@@ -124,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_torch:
         import torch
         import transformers
+
+        if args.threads:
+            torch.set_num_threads(args.threads)
 
         model = transformers.AutoModelForCausalLM.from_pretrained(
             os.path.dirname(path), gguf_file=os.path.basename(path), dtype=torch.float32
@@ -178,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         "repeats": args.repeats,
         "sampling": "temperature 1, top_p 1, EOS ignored",
         "jax_backend": jax.default_backend(),
+        "threads": args.threads or "default",
     }
     out = common.write_result("sampler", {"config": config, "figures": figures, "ratios": ratios})
     print(common.format_table(rows))

@@ -2,8 +2,9 @@
 
 One compiled function does the whole request: a prefill over the left-padded prompts (only the
 last position goes through the LM head), then a ``lax.while_loop`` of one-token decode steps
-that exits as soon as every row has stopped. Compiles are keyed by the bucketed batch size,
-prompt length and new-token budget (powers of two up to a base, then multiples of it), so
+that exits as soon as every row has stopped. Compiles are keyed by the bucketed batch size
+(powers of two up to 8, then multiples of 8), prompt length (``2^k`` or ``1.5 * 2^k``) and
+new-token budget (powers of two up to 64, then multiples of 64), so
 ragged workloads reuse a handful of executables; temperature, top-p, seeds, stop ids and the
 real token budget are traced values and never recompile.
 
@@ -72,6 +73,16 @@ def bucket(n: int, base: int, minimum: int = 1) -> int:
     if n <= base:
         return 1 << (n - 1).bit_length()
     return -(-n // base) * base
+
+
+def prompt_bucket(n: int, minimum: int = 16) -> int:
+    """Smallest size ``>= n`` of the form ``2^k`` or ``1.5 * 2^k`` (at most 1/3 padding, and a
+    logarithmic number of compiled prompt lengths)."""
+    size = max(int(minimum), 1)
+    while size < n:
+        half = size // 2
+        size = size + half if half and (size & (size - 1)) == 0 else (size // 3) * 4
+    return size
 
 
 def lm_head(params: Params, cfg: ModelConfig, h: jax.Array, compute_dtype: Any) -> jax.Array:
@@ -309,7 +320,7 @@ def generate(
 
     # buckets: rows and stop ids padded, prompt length and budget rounded up
     b = bucket(n, 8)
-    p_len = bucket(max(lens), 64, minimum=16)
+    p_len = prompt_bucket(max(lens))
     n_new = bucket(max_new_tokens, 64, minimum=16)
     if p_len + n_new > cfg.max_position_embeddings:
         p_len = max(lens)

@@ -13,7 +13,7 @@ import pytest
 from coevo_jax.lora.weights import LoRAWeights
 from coevo_jax.models.config import ModelConfig
 from coevo_jax.models.decoder import jit_forward, param_shapes
-from coevo_jax.models.sampler import bucket, generate, sampling_logprobs
+from coevo_jax.models.sampler import bucket, generate, prompt_bucket, sampling_logprobs
 
 CFG = ModelConfig(
     family="llama",
@@ -254,6 +254,8 @@ def test_bad_arguments():
 def test_bucket():
     assert [bucket(n, 64) for n in (1, 3, 8, 33, 64, 65, 130)] == [1, 4, 8, 64, 64, 128, 192]
     assert bucket(3, 64, minimum=8) == 8
+    sizes = [prompt_bucket(n) for n in (1, 16, 17, 24, 25, 33, 43, 49, 64, 65, 97, 200)]
+    assert sizes == [16, 16, 24, 24, 32, 48, 48, 64, 64, 96, 128, 256]
 
 
 # ------------------------------------------------------------------------------ SmolLM2 oracle
