@@ -1,0 +1,188 @@
+"""One generation pass that every evaluation method is then computed from.
+
+At inference each activated agent writes one completion, so what a routing method outputs is
+a selection among the N agents' completions. We therefore generate one completion per
+(query, agent) plus one from the base model (adapter off), score each with its record's
+verifier, and compute every method, baseline and tau value from those arrays
+(``coevo_jax.eval.methods``) without generating again. Token accounting charges a method for
+the completions of the agents it activates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from coevo_jax.data.templates import render_chat
+from coevo_jax.rewards.math import last_boxed
+from coevo_jax.rewards.math import normalize as math_normalize
+from coevo_jax.rewards.reasoning import normalize as reasoning_normalize
+from coevo_jax.router import features, pad_queries
+from rollout_bridge.engine import GenerationRequest
+
+
+@dataclasses.dataclass
+class Collected:
+    """Everything the methods need, for Q queries and N agents.
+
+    Attributes:
+      records: the Q evaluated records.
+      f: ``[Q, N]`` familiarity at inference (no exploration bonuses).
+      texts: ``[Q][N]`` agent completions; ``base_texts``: ``[Q]`` base-model completions.
+      scores: ``[Q, N]`` verifier score of each agent completion; ``base_scores``: ``[Q]``.
+      tokens: ``[Q, N]`` completion lengths; ``base_tokens``: ``[Q]``.
+      answers: ``[Q][N]`` extracted final answers (None when not extractable).
+      router_ms: mean router latency per query at batch 1 (features + heads), milliseconds.
+    """
+
+    records: list[Any]
+    f: np.ndarray
+    texts: list[list[str]]
+    base_texts: list[str]
+    scores: np.ndarray
+    base_scores: np.ndarray
+    tokens: np.ndarray
+    base_tokens: np.ndarray
+    answers: list[list[str | None]]
+    router_ms: float
+
+
+def extract_answer(record: Any, completion: str) -> str | None:
+    """The normalised final answer for voting (math/reasoning), else None."""
+    klass = record["class"] if not hasattr(record, "cls") else record.cls
+    boxed = last_boxed(completion)
+    if boxed is None:
+        return None
+    if klass == "math":
+        return math_normalize(boxed)[0]
+    if klass == "reasoning":
+        return reasoning_normalize(boxed)
+    return None
+
+
+def collect(
+    trainer: Any,
+    records: Sequence[Any],
+    *,
+    max_new_tokens: int = 256,
+    temperature: float = 0.0,
+    score_fn: Callable[[Sequence[Any], Sequence[str]], Sequence[float]] | None = None,
+    latency_queries: int = 8,
+    seed: int = 0,
+) -> Collected:
+    """Routes, generates and scores ``records`` with a trained run's router and agents.
+
+    Args:
+      trainer: a ``coevo_jax.train.loop.Trainer`` whose state was restored (or trained).
+      records: evaluation records.
+      max_new_tokens, temperature: generation settings (greedy by default).
+      score_fn: ``(records, completions) -> scores`` (default: the verifiers).
+      latency_queries: how many queries to time the router on, one at a time.
+    """
+    if score_fn is None:
+        from coevo_jax.rewards import score_batch
+
+        def score_fn(recs, comps):
+            return score_batch(recs, comps)
+
+    cfg = trainer.cfg
+    n = cfg.lora.n_agents
+    bb = trainer.router_backbone
+    prompts = [render_chat(r, bb.tokenizer, cfg.data.max_input_tokens) for r in records]
+    router_state = trainer.router
+
+    def route_f(ids, mask):
+        h = features(
+            bb.params,
+            bb.cfg,
+            ids,
+            mask,
+            layers=cfg.router.feature_layers,
+            max_len=cfg.router.max_prompt_tokens,
+        )
+        head = router_state.head
+        f, _ = head.scores(h, router_state.cfg)
+        return f
+
+    f_rows = []
+    for start in range(0, len(prompts), 32):
+        ids, mask = pad_queries(
+            prompts[start : start + 32],
+            max_len=cfg.router.max_prompt_tokens,
+            pad_id=bb.tokenizer.pad_token_id,
+        )
+        f_rows.append(np.asarray(route_f(jnp.asarray(ids), jnp.asarray(mask))))
+    f = np.concatenate(f_rows, axis=0)
+
+    times = []
+    for p in prompts[: max(1, latency_queries)]:
+        ids, mask = pad_queries(
+            [p], max_len=cfg.router.max_prompt_tokens, pad_id=bb.tokenizer.pad_token_id
+        )
+        ids, mask = jnp.asarray(ids), jnp.asarray(mask)
+        jax.block_until_ready(route_f(ids, mask))  # compile outside the timing
+        t0 = time.perf_counter()
+        jax.block_until_ready(route_f(ids, mask))
+        times.append(time.perf_counter() - t0)
+    router_ms = 1000.0 * float(np.median(times))
+
+    texts = [[""] * n for _ in records]
+    tokens = np.zeros((len(records), n), np.int64)
+    base_texts = [""] * len(records)
+    base_tokens = np.zeros(len(records), np.int64)
+    for g in trainer.groups:
+        tok = g.backbone.tokenizer
+        reqs = []
+        for q, r in enumerate(records):
+            p = tuple(
+                prompts[q] if g.backbone is bb else render_chat(r, tok, cfg.data.max_input_tokens)
+            )
+            for a in g.agents:
+                reqs.append(
+                    GenerationRequest(
+                        p,
+                        g.local(a),
+                        1,
+                        max_new_tokens,
+                        temperature,
+                        1.0,
+                        seed + q,
+                        query_id=f"{q}:{a}",
+                    )
+                )
+            if g is trainer.groups[0]:
+                reqs.append(
+                    GenerationRequest(
+                        p, -1, 1, max_new_tokens, temperature, 1.0, seed + q, query_id=f"{q}:base"
+                    )
+                )
+        for t in g.engine.generate(reqs):
+            q, who = t.query_id.split(":")
+            text = tok.decode(list(t.completion_ids), skip_special_tokens=True)
+            if who == "base":
+                base_texts[int(q)], base_tokens[int(q)] = text, len(t.completion_ids)
+            else:
+                texts[int(q)][int(who)], tokens[int(q), int(who)] = text, len(t.completion_ids)
+    flat_recs = [r for r in records for _ in range(n)] + list(records)
+    flat_texts = [t for row in texts for t in row] + base_texts
+    s = np.asarray(score_fn(flat_recs, flat_texts), np.float32)
+    scores, base_scores = s[: len(records) * n].reshape(len(records), n), s[len(records) * n :]
+    answers = [[extract_answer(r, t) for t in row] for r, row in zip(records, texts, strict=True)]
+    return Collected(
+        list(records),
+        f,
+        texts,
+        base_texts,
+        scores,
+        base_scores,
+        tokens,
+        base_tokens,
+        answers,
+        router_ms,
+    )
