@@ -152,6 +152,27 @@ def _block(
     return x, new_kv
 
 
+def _batch_constraint(x: jax.Array) -> jax.Array:
+    """Pins the residual stream's batch axis to the mesh's ``data``/``fsdp`` axes.
+
+    Only under a mesh context (``jax.set_mesh``, as ``coevo_jax.parallel.sharded_forward``
+    sets); otherwise a no-op. Without the pin GSPMD may keep activations replicated and
+    shard the hidden axis instead, which is correct but moves far more data under FSDP.
+    """
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+        return x
+    kept, size = [], 1
+    for name in ("data", "fsdp"):
+        if name in mesh.axis_names and x.shape[0] % (size * mesh.shape[name]) == 0:
+            kept.append(name)
+            size *= mesh.shape[name]
+    if size == 1:
+        return x
+    spec = jax.sharding.PartitionSpec(tuple(kept))
+    return jax.lax.with_sharding_constraint(x, spec)
+
+
 def _normalise_indices(hidden_layers: Sequence[int], num_layers: int) -> dict[int, int]:
     """Maps each requested index (negative allowed, as on HF's tuple) to 0..L."""
     out = {}
@@ -259,12 +280,12 @@ def forward(
             meta = (ids, scale, drop, rng)
         kv_in = None if kv is None else (*kv, q0)
         x, kv = _block(cfg, compute_dtype, x, lp, lora_l, meta, layer, cos, sin, allowed, kv_in)
-        return (x, kv), None
+        return (_batch_constraint(x), kv), None
 
     if remat:
         body = jax.checkpoint(body)
 
-    x = params["embed"][input_ids].astype(compute_dtype)
+    x = _batch_constraint(params["embed"][input_ids].astype(compute_dtype))
     kv = None if cache is None else (cache.k, cache.v)
     found = {0: x}
     bounds = sorted({j for j in wanted.values() if 0 < j <= depth} | {depth})

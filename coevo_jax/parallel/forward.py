@@ -55,4 +55,5 @@ def sharded_forward(
         cache = jax.tree.map(
             lambda a: jax.device_put(a, cache_sharding(tuple(a.shape), mesh)), cache
         )
-    return jit_forward(params, cfg, ids, attention_mask, lora=lora, cache=cache, **kwargs)
+    with jax.set_mesh(mesh):  # lets forward pin activations' batch axis to the mesh
+        return jit_forward(params, cfg, ids, attention_mask, lora=lora, cache=cache, **kwargs)

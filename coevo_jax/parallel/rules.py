@@ -3,8 +3,10 @@
 Matrices are ``[in, out]``. Projections into the heads / MLP width (q, k, v, gate, up) split
 ``out`` over ``tensor`` and ``in`` over ``fsdp``; projections back to the residual stream
 (o, down) the other way round, so a tensor-parallel block needs one all-reduce after o and one
-after down. Embedding rows (vocab) go over ``tensor``; norms are small and replicated. The
-stacked layer axis is never split: the scan reads one layer at a time.
+after down. Embedding rows (vocab) go over ``fsdp`` x ``tensor`` with the hidden axis whole:
+the lookup is then a local masked gather plus an all-reduce, which GSPMD partitions cleanly
+(splitting H too makes it replicate the gathered activations). Norms are small and
+replicated. The stacked layer axis is never split: the scan reads one layer at a time.
 
 A dimension an axis does not divide is left unsplit for that axis (tiny test models, odd head
 counts); the result is still correct, only less sharded. LoRA weights are replicated by
@@ -25,7 +27,7 @@ BATCH = ("data", "fsdp")
 
 # (regex on the "/"-joined path, logical spec). First match wins.
 PARAM_RULES: tuple[tuple[str, P], ...] = (
-    (r"^embed$", P("tensor", "fsdp")),
+    (r"^embed$", P(("fsdp", "tensor"), None)),
     (r"^lm_head$", P("fsdp", "tensor")),
     (r"^final_norm$", P()),
     (r"^layers/(q|k|v|gate|up)$", P(None, "fsdp", "tensor")),

@@ -34,7 +34,7 @@ def test_every_parameter_has_a_rule(family, tied):
     specs = param_specs(arrays, mesh)
     assert specs["layers"]["q"] == P(None, "fsdp", "tensor")
     assert specs["layers"]["down"] == P(None, "tensor", "fsdp")
-    assert specs["embed"] == P("tensor", "fsdp")
+    assert specs["embed"] == P(("fsdp", "tensor"))
     assert specs["layers"]["attn_norm"] == P()
     if family == "qwen3":
         assert specs["layers"]["q_norm"] == P()
