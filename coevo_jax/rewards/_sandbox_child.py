@@ -259,6 +259,8 @@ def _assert_hooks(fd, plain):
 def _child(mode, compiled, test, value_fd, out_fd, in_fd, payload, nonce):
     """Runs one test in a forked child; never returns."""
     try:
+        # dies with the runner (whose own death signal fires when the caller dies)
+        _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         os.dup2(in_fd, 0)
         os.dup2(out_fd, 1)
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -362,11 +362,15 @@ def symbolic_equal(pred: str, gold: str) -> bool:
     return False
 
 
+@functools.cache
 def _warm() -> None:
-    # Import the parser here, once, so that forked children inherit it instead of each paying
-    # ~1.5 s to import it (a forkserver child gets it from the server's preload instead).
-    import sympy  # noqa: F401
-    from latex2sympy2_extended import latex2sympy  # noqa: F401
+    # Import and exercise the parser here, once, so that forked children inherit it warm
+    # instead of each paying ~1.5 s of imports and parser set-up out of their timeout (a
+    # forkserver child gets the same from the server's preload).
+    try:
+        symbolic_equal("(x+1)^2", "x^2+2x+1")
+    except Exception:
+        pass
 
 
 def score(completion: str, gold: str, *, timeout_s: float = 5.0, isolate: bool = True) -> float:

@@ -112,7 +112,7 @@ def _mixed(n: int, bombs: list[tuple[dict, str]]):
 
 @pytest.mark.slow
 def test_batch_of_1000_with_bombs_finishes_in_time():
-    cfg = RewardConfig(math_timeout_s=2.0, code_timeout_s=2.0, grace_s=1.0)
+    cfg = RewardConfig(math_timeout_s=3.0, code_timeout_s=2.0, grace_s=1.0)
     workers = 2
     math_bomb = ({"id": "mb", "class": "math", "true_answer": "3"}, "\\boxed{10^{10^{10^{10}}}}")
     loop = ({"id": "cb", "class": "code", "test_cases": CODE["test_cases"]}, "while True: pass")
