@@ -305,14 +305,19 @@ def main(argv: list[str] | None = None) -> int:
         help="JAX variants: comma list of fp32 | bf16 | fp32-remat | bf16-remat | fp32-chunk",
     )
     ap.add_argument("--no-torch", action="store_true", help="JAX only")
+    ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = default)")
     args = ap.parse_args(argv)
     if args.quick:
         args.repeats, args.prompt, args.completion, args.variants = 1, 16, 48, "fp32"
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     data = make_data(args.sequences, args.prompt, args.completion, args.agents, vocab=49152)
     n_completion = int(data["completion_mask"].sum())
-    peak = measure_matmul_peak(1.0 if args.quick else 3.0)
+    peak = measure_matmul_peak(1.0)
 
     contenders: dict[str, Any] = {}
     setup: dict[str, float] = {}
@@ -334,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         contenders["torch-trl-peft"] = run
         setup["torch-trl-peft"] = first_s
 
-    times = common.interleaved(contenders, args.repeats, warmup=1)
+    # Every runner has already made one untimed call (compile / allocator warm-up) above.
+    times = common.interleaved(contenders, args.repeats, warmup=0)
     flops = step_flops(cfg, args.sequences, args.prompt, args.completion, n_completion, args.rank)
     figures, rows = {}, []
     for name, ts in times.items():

@@ -29,9 +29,11 @@ CFG = ModelConfig(
 MODULES = ("q", "v", "down")
 
 
-def tiny_model(seed: int = 0, n_agents: int = 4, rank: int = 4, dropout: float = 0.0):
+def tiny_model(
+    seed: int = 0, n_agents: int = 4, rank: int = 4, dropout: float = 0.0, modules=MODULES
+):
     params = init_params(CFG, jax.random.key(seed), std=0.2)
-    lcfg = LoRAConfig(n_agents=n_agents, rank=rank, dropout=dropout, target_modules=MODULES)
+    lcfg = LoRAConfig(n_agents=n_agents, rank=rank, dropout=dropout, target_modules=modules)
     lora = init_lora(jax.random.key(seed + 1), lcfg, params)
     # Non-zero B so that agents differ from the reference and from each other.
     lora = lora.replace(

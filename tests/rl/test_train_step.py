@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from coevo_jax.lora.weights import TARGET_MODULES
 from coevo_jax.models import forward
 from coevo_jax.rl.advantages import group_advantages
 from coevo_jax.rl.config import RLConfig
@@ -145,9 +146,6 @@ def test_bf16_compute_is_close_to_fp32():
 def test_sharded_step_equals_single_device():
     if jax.device_count() < 8:
         pytest.skip("needs 8 (fake) devices: XLA_FLAGS=--xla_force_host_platform_device_count=8")
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
-
     params, lora = tiny_model()
     batch = random_batch(9, [0, 1, 2, 3, 3, 2, 1, 0])
     cfg = RLConfig(**{**RL.__dict__, "micro_batches": 2})
@@ -155,26 +153,17 @@ def test_sharded_step_equals_single_device():
         init_policy_state(lora, cfg, jax.random.key(0)), params, batch
     )
 
-    mesh = jax.make_mesh((2, 4), ("data", "fsdp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
-    rep = NamedSharding(mesh, P())
+    from coevo_jax.parallel import batch_sharding, make_mesh, shard_lora, shard_params
 
-    def shard_param(x):
-        # FSDP: split the widest trailing axis that divides evenly.
-        if x.ndim >= 2 and x.shape[-1] % 4 == 0:
-            return jax.device_put(x, NamedSharding(mesh, P(*([None] * (x.ndim - 1)), "fsdp")))
-        return jax.device_put(x, rep)
-
-    def shard_batch(x):
-        return jax.device_put(x, NamedSharding(mesh, P(("data", "fsdp"))))
-
-    s_params = jax.tree.map(shard_param, params)
+    mesh = make_mesh(data=2, fsdp=4)
+    s_params = shard_params(params, mesh)
     s_state = init_policy_state(lora, cfg, jax.random.key(0))
     s_state = s_state.replace(
-        lora=s_state.lora.replace(params=jax.tree.map(shard_param, s_state.lora.params))
+        lora=s_state.lora.replace(params=shard_lora(s_state.lora.params, mesh))
     )
-    s_batch = jax.tree.map(shard_batch, batch)
+    s_batch = jax.tree.map(lambda x: jax.device_put(x, batch_sharding(x.shape, mesh)), batch)
+    assert len(s_batch.completion_ids.sharding.device_set) == 8
     sharded_state, sharded_m = make_policy_step(CFG, cfg)(s_state, s_params, s_batch)
-    assert len(jax.tree.leaves(sharded_state.lora.params)[0].sharding.device_set) == 8
     for a, b in zip(
         jax.tree.leaves(single_state.lora.params),
         jax.tree.leaves(sharded_state.lora.params),
@@ -207,7 +196,7 @@ def _sample(params, lora, agent_ids, prompt, n_new, key):
 @pytest.mark.slow
 def test_gspo_learns_to_emit_the_rewarded_token():
     target, G, T = 7, 16, 4
-    params, lora = tiny_model(n_agents=2)
+    params, lora = tiny_model(n_agents=2, modules=TARGET_MODULES)
     cfg = RLConfig(
         warmup_steps=0,
         decay_steps=100,
