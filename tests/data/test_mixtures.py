@@ -91,7 +91,9 @@ def test_cpu_code_items_are_small_and_math_is_easy(cpu):
     assert code and all(r.source == "mbpp" for r in code)
     assert all(len(r.metadata["reference_solution"].strip().splitlines()) <= 8 for r in code)
     math = [r for r in cpu.records["train"] if r.cls == "math"]
-    assert sum(r.source == "basic_arithmetic" for r in math) > len(math) / 2
+    arith = [r for r in math if r.source == "basic_arithmetic"]
+    assert len(arith) > len(math) / 2
+    assert all(len(r.problem.split()) == 5 for r in arith)  # "What is 4 * 8?"
     assert all(r.metadata["level"] == 1 for r in math if r.source == "math")
 
 

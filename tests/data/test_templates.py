@@ -53,7 +53,7 @@ def test_prompts_are_zero_shot_and_role_free():
         assert "You are" not in p and "expert" not in p.lower()
     assert render_prompt(RECORDS["if"]) == RECORDS["if"].problem
     assert format_line(RECORDS["math"]) == format_line(RECORDS["reasoning"])
-    assert "\\boxed{}" in format_line(RECORDS["math"])
+    assert "Answer: \\boxed{XX}" in format_line(RECORDS["math"])
     assert "`add`" in format_line(RECORDS["code_fn"]) and "standard input" in format_line(
         RECORDS["code_stdio"]
     )
@@ -100,13 +100,13 @@ def test_left_truncation_keeps_template_and_format_line():
     words = [inv[i] for i in ids]
     assert words[:2] == ["<|im_start|>", "user"]  # the header survives
     assert words[-4:] == [
-        "\\boxed{}.",
+        "\\boxed{XX}",
         "<|im_end|>",
         "<|im_start|>",
         "assistant",
     ]  # so does the tail
     assert "w1999" in words and "w0" not in words  # the start of the problem is cut
-    assert words.index("w1999") < words.index("\\boxed{}.")
+    assert words.index("w1999") < words.index("\\boxed{XX}")
     # deterministic
     assert render_chat(_long_record(2000), tok, max_input_tokens=100) == ids
 
@@ -141,6 +141,6 @@ def test_render_chat_with_the_smollm2_tokenizer():
     assert len(ids) == 800
     text = tok.decode(ids, skip_special_tokens=False)
     assert text.startswith("<|im_start|>system") and text.endswith("<|im_start|>assistant\n")
-    assert "\\boxed{}" in text and "w2999" in text and " w0 " not in text
+    assert "\\boxed{XX}" in text and "w2999" in text and " w0 " not in text
     short = render_chat(RECORDS["math"], tok)
     assert tok.decode(short, skip_special_tokens=False).count("<|im_start|>") == 3
