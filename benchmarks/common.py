@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent
-RESULTS = ROOT / "results"
+# COEVO_BENCH_RESULTS redirects every benchmark's JSON (run_all keeps a run's raw files together).
+RESULTS = Path(os.environ.get("COEVO_BENCH_RESULTS") or ROOT / "results")
 
 
 def _cpu_model() -> str:
