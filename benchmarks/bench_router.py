@@ -13,7 +13,7 @@ as queries, measures per query:
 
 in JAX and in PyTorch (transformers loading the same GGUF; the partial pass there is the same
 model with its layer list cut at ``floor(3L/4)``) in the same run. Prints a table and writes
-JSON to ``benchmarks/results/bench_router.json``. Ratios ``torch / jax`` > 1 mean JAX is
+JSON to ``benchmarks/results/router-<UTC stamp>.json``. Ratios ``torch / jax`` > 1 mean JAX is
 faster; the router/generation ratio is the paper's "< 1%" claim (11.87 ms vs 1350 ms on an
 H200).
 """
@@ -23,67 +23,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import statistics
-import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-
-from coevo_jax.models import jit_forward, load
-from coevo_jax.models.default import default_model_path
-from coevo_jax.models.sampler import generate
-from coevo_jax.router import RouterConfig, feature_layers, features, init_router, pad_queries, route
 
 ROOT = Path(__file__).resolve().parent
 IFEVAL = ROOT.parent.parent / "shared" / "data" / "ifeval" / "input_data.jsonl"
 GEN_TOKENS = 256
 BUCKET = 16  # prompt-length rounding for the router batches (keeps padding small)
 
-try:  # shared helpers, if the benchmarks package provides them
-    from benchmarks import common as _common
-except ImportError:  # pragma: no cover - depends on another engineer's file
-    _common = None
-
-
-def _machine() -> dict[str, Any]:
-    if _common is not None and hasattr(_common, "machine_info"):
-        return _common.machine_info()
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "jax": jax.__version__,
-        "jax_backend": jax.default_backend(),
-        "load_average": os.getloadavg(),
-    }
-
-
-def _git_commit() -> str:
-    try:
-        return subprocess.check_output(
-            ["git", "rev-parse", "HEAD"], cwd=ROOT, text=True, stderr=subprocess.DEVNULL
-        ).strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
 
 def _time(fn, repeats: int, label: str, warmup: bool = True) -> dict[str, float]:
     """Median / min wall seconds of ``fn()`` over ``repeats`` runs, after one warm-up run
     (compilation) unless ``warmup=False``; prints a progress line."""
+    from benchmarks import common
+
     if warmup:
         fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    res = {"median_s": statistics.median(times), "min_s": min(times), "runs": repeats}
+    res = common.summary([common.timed(fn)[0] for _ in range(repeats)])
     print(f"  {label}: median {1e3 * res['median_s']:.1f} ms over {repeats}", flush=True)
     return res
 
@@ -106,6 +64,13 @@ def _queries(tokenizer, n: int) -> list[list[int]]:
 
 
 def bench_jax(model, queries, batches, repeats, gen_repeats):
+    import jax
+    import jax.numpy as jnp
+
+    from coevo_jax.models import jit_forward
+    from coevo_jax.models.sampler import generate
+    from coevo_jax.router import RouterConfig, features, init_router, pad_queries, route
+
     params, cfg = model.params, model.config
     rcfg = RouterConfig().inference()
     state = init_router(rcfg, 2 * cfg.hidden_size)
@@ -146,12 +111,17 @@ def _torch_model():
     import torch  # noqa: F401
     from transformers import AutoModelForCausalLM
 
+    from coevo_jax.models.default import default_model_path
+
     path = Path(default_model_path())
     return AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name).eval()
 
 
 def bench_torch(hf, cfg, queries, batches, repeats, gen_repeats, state, jax_model):
+    import jax.numpy as jnp
     import torch
+
+    from coevo_jax.router import feature_layers, features, pad_queries
 
     lo, hi = feature_layers(cfg.num_layers, "mid")
     inner = hf.model
@@ -243,26 +213,49 @@ def main(argv=None) -> dict[str, Any]:
     ap.add_argument("--quick", action="store_true", help="fewer repeats, batch 1 and 8")
     ap.add_argument("--batches", type=int, nargs="+", help="router batch sizes (default 1 32)")
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch side")
-    ap.add_argument("--out", default=str(ROOT / "results" / "bench_router.json"))
+    ap.add_argument("--repeats", type=int, help="timed runs per router/forward figure")
+    ap.add_argument("--gen-repeats", type=int, help="timed 256-token generations")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="1 = single-threaded JAX and PyTorch (robust on a shared, overloaded box; "
+        "PyTorch's OpenMP barriers collapse under oversubscription); 0 = library defaults",
+    )
     args = ap.parse_args(argv)
+    if args.threads == 1:  # must precede the jax import
+        os.environ["XLA_FLAGS"] = (
+            os.environ.get("XLA_FLAGS", "")
+            + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+        )
+    from benchmarks import common
+    from coevo_jax.models import load
+    from coevo_jax.models.default import default_model_path
+    from coevo_jax.router import feature_layers
+
     batches = (1, 8) if args.quick else (1, 32)
     repeats = 2 if args.quick else 3
     gen_repeats = 1 if args.quick else 2
     if args.batches:
         batches = tuple(args.batches)
+    repeats = args.repeats or repeats
+    gen_repeats = args.gen_repeats or gen_repeats
 
     print("loading SmolLM2 (JAX)...", flush=True)
     model, tokenizer = load(default_model_path(), progress=False)
     cfg = model.config
     queries = _queries(tokenizer, max(batches))
     jax_res, state = bench_jax(model, queries, batches, repeats, gen_repeats)
-    out_path = Path(args.out)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps({"partial": True, "jax": jax_res}, indent=2))
+    partial = common.write_result("router", {"partial": True, "jax": jax_res})
+    print(f"(JAX figures saved to {partial})", flush=True)
     torch_res = None
     if not args.no_torch:
         try:
             print("loading SmolLM2 (transformers, from the same GGUF)...", flush=True)
+            import torch
+
+            if args.threads:
+                torch.set_num_threads(args.threads)
             hf = _torch_model()
         except ImportError as e:
             print(f"PyTorch side skipped: {e}")
@@ -317,7 +310,6 @@ def main(argv=None) -> dict[str, Any]:
         print(line)
 
     result = {
-        "benchmark": "router",
         "config": {
             "model": "SmolLM2-135M-Instruct Q4_1 GGUF (dequantised, float32)",
             "batches": list(batches),
@@ -327,15 +319,14 @@ def main(argv=None) -> dict[str, Any]:
             "prompt_bucket": BUCKET,
             "feature_layers": list(feature_layers(cfg.num_layers)),
             "quick": args.quick,
+            "threads": args.threads or "default",
         },
-        "machine": _machine(),
-        "git_commit": _git_commit(),
         "jax": jax_res,
         "torch": torch_res,
         "summary": summary,
     }
-    out_path.write_text(json.dumps(result, indent=2))
-    print(f"wrote {out_path}")
+    partial.unlink(missing_ok=True)
+    print(f"wrote {common.write_result('router', result)}")
     return result
 
 
