@@ -61,6 +61,11 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "scaling": ("benchmarks.bench_scaling", "scaling"),
 }
 
+# --quick extras that keep CI short (one JAX dtype: bf16 is the slower one on CPU anyway)
+QUICK_ARGS = {"sampler": ["--dtypes", "fp32"]}
+
+# the benchmarks with a --threads option
+THREADED = ("sampler", "router")
 
 # ----------------------------------------------------------------------------- running
 
@@ -523,6 +528,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout-s", type=float, default=None, help="per benchmark")
     ap.add_argument("--quiet", action="store_true", help="do not echo benchmark output")
     ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="thread limit for JAX and PyTorch: --threads for sampler and router, "
+        "OMP_NUM_THREADS (+ single-threaded XLA:CPU flags for 1) for the others; 1 is fair "
+        "on a shared, overloaded box; unset = each benchmark's own default",
+    )
+    ap.add_argument(
         "--extra",
         action="append",
         default=[],
@@ -553,12 +566,25 @@ def main(argv: list[str] | None = None) -> int:
     records: dict[str, Any] = {}
     for i, name in enumerate(names, 1):
         module, prefix = BENCHMARKS[name]
-        argv_ = [sys.executable, "-m", module] + (["--quick"] if args.quick else [])
+        argv_ = [sys.executable, "-m", module]
+        argv_ += ["--quick", *QUICK_ARGS.get(name, [])] if args.quick else []
+        child_env = env
+        if args.threads is not None and name in THREADED:
+            argv_ += ["--threads", str(args.threads)]
+        elif args.threads:
+            # the same limits for benchmarks without the option: torch reads OMP_NUM_THREADS
+            # at import, XLA:CPU these flags
+            child_env = dict(env, OMP_NUM_THREADS=str(args.threads))
+            if args.threads == 1:
+                child_env["XLA_FLAGS"] = (
+                    env.get("XLA_FLAGS", "")
+                    + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+                )
         argv_ += extra.get(name, [])
         print(f"[{i}/{len(names)}] {' '.join(argv_[1:])}", flush=True)
         log = raw_dir / f"{name}.log"
         started = time.time()
-        run = run_child(argv_, env, log, timeout, echo=not args.quiet)
+        run = run_child(argv_, child_env, log, timeout, echo=not args.quiet)
         run["log"] = str(log)
         rec = newest_result(raw_dir, prefix)
         if rec is not None and Path(rec["_path"]).stat().st_mtime < started:
