@@ -270,9 +270,14 @@ def forward(
         lora_params = weights.params
         lora_meta = (agent_ids, weights.scale, weights.dropout, lora_rng)
 
+    layers = params["layers"]
+
     def body(carry, xs):
         x, kv = carry
-        lp, lora_l, layer = xs
+        lora_l, layer = xs
+        # Read this layer's weights in place: slicing the stack outside the scan (for a partial
+        # pass) would make XLA copy every weight of the segment on each call.
+        lp = jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, layer, keepdims=False), layers)
         meta = None
         if lora_meta is not None:
             ids, scale, drop, rng = lora_meta
@@ -292,13 +297,12 @@ def forward(
     start = 0
     for end in bounds:
         if end > start:
-            seg = jax.tree.map(lambda a, s=start, e=end: a[s:e], params["layers"])
             seg_lora = (
                 None
                 if lora_params is None
                 else jax.tree.map(lambda a, s=start, e=end: a[s:e], lora_params)
             )
-            xs = (seg, seg_lora, jnp.arange(start, end, dtype=jnp.int32))
+            xs = (seg_lora, jnp.arange(start, end, dtype=jnp.int32))
             (x, kv), _ = jax.lax.scan(body, (x, kv), xs)
         found[end] = x
         start = end
