@@ -9,11 +9,11 @@ A pure function of arrays, usable under ``jit``/``vmap``; it is added to the ver
 
 from __future__ import annotations
 
-import jax.numpy as jnp
+from coevo_jax.rl.penalties import soft_overlong_penalty as rl_soft_overlong_penalty
 
 
 def soft_overlong_penalty(lengths, max_length: int, cache_length: int):
-    """Per-sequence penalty in [-1, 0].
+    """Per-sequence penalty in [-1, 0] (one definition, shared with ``coevo_jax.rl``).
 
     Args:
       lengths: completion lengths in tokens, any shape, int or float.
@@ -28,7 +28,4 @@ def soft_overlong_penalty(lengths, max_length: int, cache_length: int):
             f"need 0 < cache_length <= max_length, got cache_length={cache_length}, "
             f"max_length={max_length}"
         )
-    lengths = jnp.asarray(lengths, jnp.float32)
-    start = max_length - cache_length
-    ramp = (start - lengths) / cache_length
-    return jnp.clip(jnp.where(lengths <= start, 0.0, ramp), -1.0, 0.0)
+    return rl_soft_overlong_penalty(lengths, max_length, cache_length)
