@@ -29,20 +29,14 @@ Run ``python -m benchmarks.bench_policy_step [--quick]``; results go to
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
 import time
-import warnings
-from collections import defaultdict
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
 from benchmarks import common
-
-HF_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 def make_data(n_seq: int, p_len: int, t_len: int, n_agents: int, vocab: int, seed: int = 0):
@@ -191,94 +185,15 @@ def jax_runner(data, *, compute_dtype: str, remat: bool, chunk_size: int, n_agen
 def torch_runner(data, *, n_agents: int, rank: int):
     import torch
     import transformers
-    from peft import LoraConfig, get_peft_model
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from trl import GRPOTrainer
-        from trl.trainer.utils import add_fused_lm_head
-
+    from benchmarks.torch_baseline import peft_policy_step
     from coevo_jax.models import default_model_path
 
     path = default_model_path()
     model = transformers.AutoModelForCausalLM.from_pretrained(
         os.path.dirname(path), gguf_file=os.path.basename(path), dtype=torch.float32
     )
-    # As GRPOTrainer.__init__ does: fused, tiled LM head returning log-probs and entropies.
-    add_fused_lm_head(model, temperature=1.0, outputs=("log_probs", "entropy"))
-    lcfg = LoraConfig(
-        r=rank,
-        lora_alpha=2 * rank,
-        lora_dropout=0.05,
-        target_modules=HF_TARGETS,
-        task_type="CAUSAL_LM",
-    )
-    pm = get_peft_model(model, lcfg, adapter_name="agent0")
-    for i in range(1, n_agents):
-        pm.add_adapter(f"agent{i}", lcfg)
-    pm.train()
-    opts, scheds, agent_params = [], [], []
-    for i in range(n_agents):
-        ps = [p for n, p in pm.named_parameters() if f".agent{i}." in n]
-        agent_params.append(ps)
-        opt = torch.optim.AdamW(ps, lr=3e-5, weight_decay=0.0)
-        opts.append(opt)
-        scheds.append(transformers.get_cosine_schedule_with_warmup(opt, 600, 6000))
-
-    t = object.__new__(GRPOTrainer)
-    t.top_entropy_quantile = 1.0
-    t.off_policy_mask_threshold = None
-    t.importance_sampling_level = "sequence"
-    t.loss_type = "grpo"
-    t.epsilon_low = t.epsilon_high = 0.2
-    t.beta = 1e-4
-    t.args = SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1)
-    t.use_vllm = False
-    t.vllm_importance_sampling_correction = False
-    t.model = pm
-    t.current_gradient_accumulation_steps = 1
-    t.max_completion_length = data["completion_ids"].shape[1]
-    t._entropy_bonus_enabled = False
-    t.aux_loss_enabled = False
-    t._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
-    t.accelerator = SimpleNamespace(
-        num_processes=1,
-        reduce=lambda x, reduction="sum": x,
-        gather=lambda x: x,
-        autocast=contextlib.nullcontext,
-        is_main_process=True,
-    )
-    tt = {k: torch.from_numpy(np.asarray(v)) for k, v in data.items()}
-    t_len = tt["completion_ids"].shape[1]
-
-    def run():
-        for i in range(n_agents):
-            rows = (tt["agent_ids"] == i).nonzero().squeeze(-1)
-            if rows.numel() == 0:
-                continue
-            pick = {k: v[rows] for k, v in tt.items()}
-            pm.set_adapter(f"agent{i}")
-            ids = torch.cat([pick["prompt_ids"], pick["completion_ids"]], 1)
-            mask = torch.cat([pick["prompt_mask"], pick["completion_mask"]], 1)
-            with torch.no_grad(), pm.disable_adapter():
-                ref, _, _ = GRPOTrainer._get_per_token_logps_and_entropies(t, pm, ids, mask, t_len)
-            inputs = {
-                "prompt_ids": pick["prompt_ids"],
-                "prompt_mask": pick["prompt_mask"],
-                "completion_ids": pick["completion_ids"],
-                "completion_mask": pick["completion_mask"],
-                "advantages": pick["advantages"],
-                "old_per_token_logps": pick["old_logp"],
-                "ref_per_token_logps": ref,
-                "num_items_in_batch": pick["completion_mask"].sum().float(),
-            }
-            loss = GRPOTrainer._compute_loss(t, pm, inputs)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(agent_params[i], 1.0)
-            opts[i].step()
-            scheds[i].step()
-            opts[i].zero_grad(set_to_none=True)
-
+    run = peft_policy_step(model, data, n_agents=n_agents, rank=rank)
     t0 = time.perf_counter()
     run()
     first_s = time.perf_counter() - t0
