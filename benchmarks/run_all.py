@@ -14,7 +14,7 @@ runner only collects. It then writes
   benchmark's status and the scaling sweep; validated by ``benchmarks/results_schema.json``;
 - ``<out-dir>/<date>-<machine>.md``: the same as a markdown table (also printed), with the
   command that made it;
-- the scaling plot ``scaling-*.png`` in the raw directory.
+- ``<out-dir>/<date>-<machine>-scaling.png``: the scaling plot (path relative to the JSON).
 
 Conventions (also in ``benchmarks/NOTES.md``):
 
@@ -604,6 +604,11 @@ def main(argv: list[str] | None = None) -> int:
     result = assemble(
         records, runs, command=cmd.strip(), quick=args.quick, machine_label=label, date=date
     )
+    if result["scaling"] and result["scaling"]["plot"]:
+        # beside the table, under a stable name, so a README can link it
+        png = args.out_dir / f"{stem}-scaling.png"
+        shutil.copyfile(result["scaling"]["plot"], png)
+        result["scaling"]["plot"] = png.name
     validate(result)
     json_path = args.out_dir / f"{stem}.json"
     md_path = args.out_dir / f"{stem}.md"

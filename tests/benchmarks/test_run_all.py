@@ -277,4 +277,4 @@ def test_quick_suite_writes_valid_json_table_and_plot(tmp_path):
     ):
         assert must in names
     assert jsons[0].with_suffix(".md").read_text().count("\n|") >= len(names)
-    assert result["scaling"]["plot"] and Path(result["scaling"]["plot"]).stat().st_size > 0
+    assert (tmp_path / result["scaling"]["plot"]).stat().st_size > 0
