@@ -410,7 +410,10 @@ def markdown(result: Mapping[str, Any]) -> str:
         f"Command: `{result['command']}`  ",
         f"Commit: `{result['git_commit']}`  ",
         f"Machine: `{result['machine_name']}`, {m.get('cpu', '?')}, {m.get('cpu_count', '?')} "
-        f"cores, 1-min load average at the end {_fmt((m.get('load_average') or [None])[0])}",
+        f"cores, 1-min load average at the end {_fmt((m.get('load_average') or [None])[0])}  ",
+        "Versions: "
+        + ", ".join(f"{k} {v}" for k, v in (m.get("versions") or {}).items())
+        + f"; JAX backend {m.get('jax_backend', '?')}",
         "",
         "ratio > 1 = JAX better (throughput: JAX/PyTorch; time: PyTorch/JAX). "
         "Spread: min-max over the timed repeats.",
@@ -458,6 +461,18 @@ def validate(result: Mapping[str, Any], schema_path: Path = SCHEMA) -> None:
     jsonschema.validate(result, json.loads(schema_path.read_text(encoding="utf-8")))
 
 
+def _versions() -> dict[str, str]:
+    from importlib import metadata
+
+    out = {}
+    for pkg in ("jax", "jaxlib", "flax", "optax", "torch", "transformers", "peft", "trl"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
 def assemble(
     records: Mapping[str, Mapping[str, Any] | None],
     runs: Mapping[str, Mapping[str, Any]],
@@ -502,6 +517,12 @@ def assemble(
                 note="largest process of the benchmark's tree; JAX and PyTorch share it",
             )
         )
+    machine = common.machine_info()
+    machine["versions"] = _versions()
+    for rec in records.values():  # the runner imports neither jax nor torch: ask a child
+        for key in ("jax_backend", "jax_devices", "torch_threads"):
+            if rec and key in (rec.get("machine") or {}):
+                machine.setdefault(key, rec["machine"][key])
     return {
         "schema_version": 1,
         "suite": "coevo-jax benchmarks",
@@ -510,7 +531,7 @@ def assemble(
         "command": command,
         "quick": quick,
         "machine_name": machine_label,
-        "machine": common.machine_info(),
+        "machine": machine,
         "git_commit": common.git_commit(),
         "config": config,
         "figures": figures,
