@@ -111,7 +111,9 @@ def _activations(rows: list[dict], out_dir: Path) -> list[Path]:
 def _tsne(path: Path, out_dir: Path) -> list[Path]:
     data = np.load(path)
     h, agent = data["h"].astype(np.float32), data["agent"]
-    if len(h) < 5:
+    # Fewer than 5 distinct points (e.g. an untrained tiny model's features): nothing to
+    # embed, and sklearn's PCA init divides by a zero spread, whose NaNs crash Barnes-Hut.
+    if len(h) < 5 or len(np.unique(h, axis=0)) < 5 or not np.isfinite(h).all():
         return []
     from sklearn.manifold import TSNE
 
