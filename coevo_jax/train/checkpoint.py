@@ -28,6 +28,19 @@ import orbax.checkpoint as ocp
 LATEST = "LATEST"
 
 
+def _checkpointer() -> ocp.Checkpointer:
+    if jax.process_count() == 1:
+        return ocp.PyTreeCheckpointer()
+    # Multi-host runs write from process 0 alone and every process restores on its own (the
+    # state is host-side numpy): tell orbax each process is alone, or a save waits at a
+    # barrier for peers that never call it.
+    me = jax.process_index()
+    opts = ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me})
+    return ocp.Checkpointer(
+        ocp.PyTreeCheckpointHandler(multiprocessing_options=opts), multiprocessing_options=opts
+    )
+
+
 def _round_dir(root: Path, round_idx: int) -> Path:
     return root / f"round_{round_idx:06d}"
 
@@ -49,7 +62,7 @@ def save_checkpoint(
     flat = {f"{i:05d}": np.asarray(jax.device_get(x)) for i, x in enumerate(leaves)}
     tmp = Path(tempfile.mkdtemp(prefix=".tmp_round_", dir=root))
     try:
-        ckptr = ocp.PyTreeCheckpointer()
+        ckptr = _checkpointer()
         ckptr.save(tmp / "arrays", flat)
         (tmp / "state.json").write_text(json.dumps(host_state))
         final = _round_dir(root, round_idx)
@@ -87,7 +100,7 @@ def load_checkpoint(path: str | os.PathLike, template: Any) -> tuple[Any, dict]:
     """
     path = Path(path)
     leaves, treedef = jax.tree.flatten(template)
-    flat = ocp.PyTreeCheckpointer().restore(path / "arrays")
+    flat = _checkpointer().restore(path / "arrays")
     if len(flat) != len(leaves):
         raise ValueError(
             f"{path}: holds {len(flat)} arrays, the run's state has {len(leaves)}; was the config changed?"

@@ -28,6 +28,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from coevo_jax.parallel import initialize_distributed
+
+    # Before anything touches a device: a multi-host launch (JAX_COORDINATOR_ADDRESS,
+    # JAX_NUM_PROCESSES, JAX_PROCESS_ID or torchrun/SLURM/MPI variables) joins its peers here.
+    initialize_distributed()
+
     from coevo_jax._config import apply_overrides, from_dict
     from coevo_jax.train.config import TrainConfig, load_config
 

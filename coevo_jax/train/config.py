@@ -12,6 +12,8 @@ dotted path). Every ablation of DESIGN §2 is a key:
 | no margin (unbounded push) | ``router.unbounded_push: true`` |
 | lambda / margin sensitivity | ``router.lam`` / ``router.margin`` |
 | train/test tau mismatch | ``router.tau`` (train) and ``eval_tau`` (test) |
+
+``parallel`` sets the training mesh (multi-device / multi-host, ``coevo_jax.train.distributed``).
 """
 
 from __future__ import annotations
@@ -150,6 +152,36 @@ class LoopSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class ParallelSpec:
+    """The training mesh (``coevo_jax.train.distributed``): sizes of its three axes.
+
+    Attributes:
+      data: pure data parallelism (backbone replicated, batch split).
+      fsdp: batch split *and* backbone sharded (gathered per layer).
+      tensor: heads and MLP width split.
+
+    All 1 (the default) means no mesh: the single-device loop. One size may be -1 (all the
+    devices the others leave). A multi-process run (``jax.distributed``) needs a mesh; the
+    product must equal the global device count.
+    """
+
+    data: int = 1
+    fsdp: int = 1
+    tensor: int = 1
+
+    def __post_init__(self):
+        sizes = (self.data, self.fsdp, self.tensor)
+        if any(s == 0 or s < -1 for s in sizes):
+            raise ValueError(f"data/fsdp/tensor must be positive or -1, got {sizes}")
+        if sizes.count(-1) > 1:
+            raise ValueError(f"at most one of data/fsdp/tensor may be -1, got {sizes}")
+
+    @property
+    def enabled(self) -> bool:
+        return (self.data, self.fsdp, self.tensor) != (1, 1, 1)
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """A whole CERA-MoA run.
 
@@ -168,6 +200,7 @@ class TrainConfig:
     data: DataSpec = DataSpec()
     rollout: RolloutSpec = RolloutSpec()
     loop: LoopSpec = LoopSpec()
+    parallel: ParallelSpec = ParallelSpec()
 
     def __post_init__(self):
         if self.setting not in SETTINGS:

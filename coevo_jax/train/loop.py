@@ -14,6 +14,9 @@ One orchestration round:
 8. a router step from the round's cross-agent advantages;
 9. metrics, plots and, on schedule, an atomic checkpoint of the complete state.
 
+With a ``parallel`` mesh the policy step runs SPMD over every device of every process and
+process 0 drives routing, generation and rewards (``coevo_jax.train.distributed``).
+
 Homogeneous and heterogeneous settings run the same round over agent groups
 (``coevo_jax.train.setup``). The per-agent generation entropy that feeds the exploration bonus
 is estimated as the mean negative log-prob of the sampled tokens under the sampling
@@ -51,6 +54,14 @@ from coevo_jax.train.batching import build_policy_batch
 from coevo_jax.train.buffers import Group, LIFOBuffer
 from coevo_jax.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from coevo_jax.train.config import TrainConfig
+from coevo_jax.train.distributed import (
+    broadcast_object,
+    build_mesh,
+    is_driver,
+    place_batch,
+    replicate,
+    shard_group,
+)
 from coevo_jax.train.metrics import MetricsWriter
 from coevo_jax.train.plots import FEATURES_FILE, plot_run
 from coevo_jax.train.setup import (
@@ -134,8 +145,15 @@ class Trainer:
         self.reward_fn = reward_fn or default_reward_fn
         n = cfg.lora.n_agents
         self.groups: list[AgentGroup] = make_groups(cfg, agent_bbs)
+        self.mesh = build_mesh(cfg.parallel)
+        self.driver = is_driver()
         for k, g in enumerate(self.groups):
-            g.engine = engines[k] if engines is not None else make_engine(cfg, g, k, self.run_dir)
+            if self.driver:
+                g.engine = (
+                    engines[k] if engines is not None else make_engine(cfg, g, k, self.run_dir)
+                )
+            if self.mesh is not None:  # after the engine took its process-local adapter copy
+                shard_group(g, self.mesh, cfg.rl)
         self.group_of = {a: g for g in self.groups for a in g.agents}
         in_dim = feature_dim(self.router_backbone.cfg.hidden_size, cfg.router.feature_layers)
         self.router = init_router(cfg.router, in_dim, seed=cfg.loop.seed)
@@ -145,8 +163,9 @@ class Trainer:
         self.round = 0
         self._router_prompts: dict[int, list[int]] = {}
         self._features_log: dict[str, list] = {"h": [], "agent": [], "cls": []}
-        self.metrics = MetricsWriter(self.run_dir)
-        (self.run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
+        self.metrics = MetricsWriter(self.run_dir) if self.driver else None
+        if self.driver:
+            (self.run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
 
     # ---------------------------------------------------------------- helpers
     @property
@@ -190,7 +209,10 @@ class Trainer:
             },
         }
 
-    def save(self) -> Path:
+    def save(self) -> Path | None:
+        """Checkpoints the complete state (process 0 only; the others return None)."""
+        if not self.driver:
+            return None
         host = {
             "round": self.round,
             "versions": self.versions,
@@ -215,7 +237,7 @@ class Trainer:
             return False
         arrays, host = load_checkpoint(path, self._arrays())
         for g, p in zip(self.groups, arrays["policies"], strict=True):
-            g.policy = p
+            g.policy = p if g.mesh is None else replicate(p, g.mesh)
         r = arrays["router"]
         self.router = self.router.replace(
             params=r["params"], opt_state=r["opt_state"], counters=r["counters"], step=r["step"]
@@ -228,7 +250,8 @@ class Trainer:
         )
         self.buffers = [LIFOBuffer.from_state_dict(b) for b in host["buffers"]]
         self._features_log = {k: list(v) for k, v in host["features_log"].items()}
-        self.metrics.truncate_after(self.round)
+        if self.metrics is not None:
+            self.metrics.truncate_after(self.round)
         self.publish_all()
         return True
 
@@ -294,7 +317,9 @@ class Trainer:
                 completion_len=cfg.rollout.max_new_tokens,
                 pad_id=g.backbone.tokenizer.pad_token_id,
             )
-            g.policy, m = g.step_fn(g.policy, g.backbone.params, batch)
+            if g.mesh is not None:
+                batch = place_batch(batch, g.mesh)
+            g.policy, m = g.step_fn(g.policy, g.step_params, batch)
             m = jax.device_get(m)
             for a in stepped:
                 k = g.local(a)
@@ -305,6 +330,43 @@ class Trainer:
         if kept:
             out["kept_fraction"] = float(np.mean(kept))
         return out
+
+    def _complete_groups(self, trajs: list) -> tuple[list, list, list[str]]:
+        """``(pairs, flat, incomplete)``: sorted (query, agent) pairs with all G samples, their
+        trajectories flattened in sample order, and the query ids of incomplete pairs."""
+        g_size = self.cfg.rollout.group_size
+        by_pair: dict[tuple[int, int], list] = {}
+        for t in trajs:
+            _, q, a = t.query_id.split(":")
+            by_pair.setdefault((int(q), int(a)), []).append(t)
+        pairs = sorted(p for p, ts in by_pair.items() if len(ts) == g_size)
+        incomplete = [
+            f"{self.round}:{q}:{a}" for (q, a), ts in by_pair.items() if len(ts) != g_size
+        ]
+        flat = [(p, t) for p in pairs for t in sorted(by_pair[p], key=lambda t: t.sample_index)]
+        return pairs, flat, incomplete
+
+    def _rewards(self, recs: list, flat: list) -> np.ndarray:
+        """One reward per flattened trajectory (verifiers, plus the overlong penalty)."""
+        cfg = self.cfg
+        texts = [
+            self.group_of[p[1]].backbone.tokenizer.decode(
+                list(t.completion_ids), skip_special_tokens=True
+            )
+            for p, t in flat
+        ]
+        rewards = np.asarray(
+            self.reward_fn([recs[p[0]] for p, _ in flat], texts, [p[1] for p, _ in flat]),
+            np.float32,
+        )
+        if cfg.rollout.overlong_penalty and len(flat):
+            lengths = np.array([len(t.completion_ids) for _, t in flat])
+            rewards = rewards + np.asarray(
+                soft_overlong_penalty(
+                    lengths, cfg.rollout.max_new_tokens, cfg.rollout.overlong_cache
+                )
+            )
+        return rewards
 
     def run_round(self) -> dict[str, Any]:
         cfg = self.cfg
@@ -334,35 +396,20 @@ class Trainer:
         f = np.asarray(decision.f)
         timings["route_s"] = time.perf_counter() - t0
 
-        # 5: generation and rewards
+        # 5: generation and rewards (process 0 drives the engines and the verifiers)
         t1 = time.perf_counter()
-        trajs, failures = self._generate(idx, active)
+        trajs, failures, rewards = [], [], np.zeros(0, np.float32)
+        if self.driver:
+            trajs, failures = self._generate(idx, active)
         timings["generate_s"] = time.perf_counter() - t1
         t2 = time.perf_counter()
-        by_pair: dict[tuple[int, int], list] = {}
-        for t in trajs:
-            _, q, a = t.query_id.split(":")
-            by_pair.setdefault((int(q), int(a)), []).append(t)
-        pairs = sorted(p for p, ts in by_pair.items() if len(ts) == g_size)
-        failures += [f"{self.round}:{q}:{a}" for (q, a), ts in by_pair.items() if len(ts) != g_size]
-        flat = [(p, t) for p in pairs for t in sorted(by_pair[p], key=lambda t: t.sample_index)]
-        texts = [
-            self.group_of[p[1]].backbone.tokenizer.decode(
-                list(t.completion_ids), skip_special_tokens=True
-            )
-            for p, t in flat
-        ]
-        rewards = np.asarray(
-            self.reward_fn([recs[p[0]] for p, _ in flat], texts, [p[1] for p, _ in flat]),
-            np.float32,
-        )
-        if cfg.rollout.overlong_penalty and len(flat):
-            lengths = np.array([len(t.completion_ids) for _, t in flat])
-            rewards = rewards + np.asarray(
-                soft_overlong_penalty(
-                    lengths, cfg.rollout.max_new_tokens, cfg.rollout.overlong_cache
-                )
-            )
+        if self.driver:
+            _, flat, _ = self._complete_groups(trajs)
+            rewards = self._rewards(recs, flat)
+        if jax.process_count() > 1:
+            active, trajs, failures, rewards = broadcast_object((active, trajs, failures, rewards))
+        pairs, flat, incomplete = self._complete_groups(trajs)
+        failures += incomplete
         timings["reward_s"] = time.perf_counter() - t2
 
         # 6: buffers; rbar and entropy for the router
@@ -448,13 +495,14 @@ class Trainer:
             },
             "timings": timings,
         }
-        self.metrics.write(record)
+        if self.metrics is not None:
+            self.metrics.write(record)
         return record
 
     # ---------------------------------------------------------------- the run
     def write_features(self) -> None:
         log = self._features_log
-        if log["h"]:
+        if log["h"] and self.driver:
             np.savez(
                 self.run_dir / FEATURES_FILE,
                 h=np.asarray(log["h"], np.float16),
@@ -468,7 +516,7 @@ class Trainer:
         loop = self.cfg.loop
         out = []
         bar = None
-        if self.progress:
+        if self.progress and self.driver:
             from tqdm.auto import tqdm
 
             bar = tqdm(
@@ -487,7 +535,7 @@ class Trainer:
                     )
                 if loop.checkpoint_every and self.round % loop.checkpoint_every == 0:
                     self.save()
-                if loop.plot_every and self.round % loop.plot_every == 0:
+                if loop.plot_every and self.round % loop.plot_every == 0 and self.driver:
                     self.write_features()
                     plot_run(self.run_dir)
                 if min(self.agent_steps()) >= loop.max_policy_steps:
@@ -496,11 +544,14 @@ class Trainer:
             if bar is not None:
                 bar.close()
         self.save()
-        self.write_features()
-        plot_run(self.run_dir)
+        if self.driver:
+            self.write_features()
+            plot_run(self.run_dir)
         return out
 
     def close(self) -> None:
-        self.metrics.close()
+        if self.metrics is not None:
+            self.metrics.close()
         for g in self.groups:
-            g.engine.close()
+            if g.engine is not None:
+                g.engine.close()

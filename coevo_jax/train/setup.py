@@ -101,8 +101,12 @@ class AgentGroup:
       backbone: the shared frozen decoder.
       policy: the group's ``PolicyState`` (adapters + per-agent AdamW state).
       step_fn: the jitted policy step (donates ``policy``).
-      engine: the rollout engine serving these agents (slot k = local id k).
+      engine: the rollout engine serving these agents (slot k = local id k); None on the
+        non-driver processes of a multi-host run, which never generate.
       prompts: cache of rendered prompt ids per record index (tokenizer-specific).
+      mesh: the training mesh when the policy step runs SPMD (``train.distributed``), else None.
+      train_params: the backbone copy the policy step reads (sharded on ``mesh``); None means
+        ``backbone.params``.
     """
 
     agents: tuple[int, ...]
@@ -111,6 +115,12 @@ class AgentGroup:
     step_fn: Callable
     engine: Any = None
     prompts: dict[int, list[int]] = dataclasses.field(default_factory=dict)
+    mesh: Any = None
+    train_params: Any = None
+
+    @property
+    def step_params(self) -> Any:
+        return self.backbone.params if self.train_params is None else self.train_params
 
     def local(self, agent: int) -> int:
         return self.agents.index(agent)
@@ -123,9 +133,12 @@ class AgentGroup:
         return self.prompts[idx]
 
     def publish(self, agent: int, version: int) -> None:
-        self.engine.publish(
-            self.local(agent), unstack(self.policy.lora, self.local(agent)), version
-        )
+        if self.engine is None:
+            return
+        adapter = unstack(self.policy.lora, self.local(agent))
+        if self.mesh is not None:  # mesh-replicated -> host, so the engine's device can take it
+            adapter = jax.device_get(adapter)
+        self.engine.publish(self.local(agent), adapter, version)
 
 
 def make_groups(cfg: TrainConfig, backbones: Sequence[Backbone]) -> list[AgentGroup]:

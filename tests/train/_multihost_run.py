@@ -1,0 +1,49 @@
+"""Runs a few rounds of the tiny closed loop; launched by ``test_multihost`` as one process of
+a ``jax.distributed`` run (or alone, as the single-process reference).
+
+Usage: ``python -m tests.train._multihost_run RUN_DIR ROUNDS [key=value ...]`` with the
+``JAX_*`` variables of a multi-process launch set by the caller. Rounds run through
+``run_round`` (no plots: the test compares metrics, not figures).
+"""
+
+import os
+import sys
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def main(argv: list[str]) -> int:
+    from coevo_jax.parallel import initialize_distributed
+
+    initialize_distributed()
+
+    import jax
+
+    from coevo_jax._config import apply_overrides, from_dict, to_dict
+    from coevo_jax.train.config import TrainConfig
+    from coevo_jax.train.loop import Trainer
+    from tests.train._tiny import tiny_backbone, tiny_records
+    from tests.train.test_loop import reward_has_digit_char, tiny_config
+
+    run_dir, rounds, overrides = argv[0], int(argv[1]), argv[2:]
+    cfg = from_dict(TrainConfig, apply_overrides(to_dict(tiny_config(rounds=rounds)), overrides))
+    tr = Trainer(
+        cfg,
+        run_dir,
+        backbone=tiny_backbone(),
+        records=tiny_records(),
+        reward_fn=reward_has_digit_char,
+        progress=False,
+    )
+    for _ in range(rounds):
+        tr.run_round()
+    tr.save()
+    tr.close()
+    print(
+        f"process {jax.process_index()} of {jax.process_count()}: done, devices {jax.device_count()}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

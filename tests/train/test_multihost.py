@@ -1,0 +1,145 @@
+"""Multi-host start-up: two CPU processes on localhost (``jax.distributed`` over gloo) run the
+tiny loop with the policy step SPMD over a mesh spanning both, and produce the metrics of a
+single-process run (discrete decisions equal, floats to rounding: the gradient is summed over
+two shards instead of one)."""
+
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ROUNDS = 3
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def _launch(run_dir: Path, overrides: list[str], env_extra: dict[str, str]) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
+    env.update(
+        JAX_PLATFORMS="cpu",
+        XLA_FLAGS="--xla_force_host_platform_device_count=1",
+        PYTHONPATH=str(ROOT),
+        **env_extra,
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.train._multihost_run", str(run_dir), str(ROUNDS), *overrides],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _close(a, b, path="") -> None:
+    """Equal structure and discrete values; floats equal to 1e-4 relative / 1e-6 absolute."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            _close(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _close(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) or isinstance(b, float):
+        assert math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-6), f"{path}: {a} vs {b}"
+    else:
+        assert a == b, f"{path}: {a!r} vs {b!r}"
+
+
+def _metrics(run_dir: Path) -> list[dict]:
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for r in rows:
+        r.pop("timings")
+    return rows
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_two_processes_match_one(tmp_path):
+    port = _free_port()
+    procs = [_launch(tmp_path / "single", [], {})]
+    for pid in range(2):
+        procs.append(
+            _launch(
+                tmp_path / "multi",
+                ["parallel.fsdp=2"],
+                {
+                    "JAX_COORDINATOR_ADDRESS": f"localhost:{port}",
+                    "JAX_NUM_PROCESSES": "2",
+                    "JAX_PROCESS_ID": str(pid),
+                },
+            )
+        )
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=840)[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for p, out in zip(procs, outs, strict=True):
+        assert p.returncode == 0, out[-3000:]
+    assert "process 0 of 2: done, devices 2" in outs[1]
+    assert "process 1 of 2: done, devices 2" in outs[2]
+    single, multi = _metrics(tmp_path / "single"), _metrics(tmp_path / "multi")
+    assert [r["round"] for r in multi] == list(range(1, ROUNDS + 1))
+    assert sum(multi[-1]["updates"]) > 0  # the SPMD policy step did run
+    _close(single, multi)
+    # process 0 alone wrote the run directory, including a restorable checkpoint
+    assert (tmp_path / "multi" / "checkpoints" / "LATEST").is_file()
+
+
+def test_multi_process_run_needs_a_mesh():
+    from coevo_jax.train.config import ParallelSpec
+
+    assert not ParallelSpec().enabled and ParallelSpec(fsdp=-1).enabled
+    with pytest.raises(ValueError, match="at most one"):
+        ParallelSpec(data=-1, fsdp=-1)
+    with pytest.raises(ValueError, match="positive or -1"):
+        ParallelSpec(tensor=0)
+
+
+@pytest.mark.slow
+def test_mesh_in_one_process_matches_no_mesh(tmp_path):
+    """The SPMD policy step over this process's 8 (fake) devices gives the single-device run."""
+    import jax
+
+    from coevo_jax._config import from_dict, to_dict
+    from coevo_jax.train.config import TrainConfig
+    from coevo_jax.train.loop import Trainer
+    from tests.train._tiny import tiny_backbone, tiny_records
+    from tests.train.test_loop import reward_has_digit_char, tiny_config
+
+    base = to_dict(tiny_config(rounds=2))
+    runs = {}
+    for name, parallel in (("plain", {}), ("mesh", {"fsdp": -1})):
+        cfg = from_dict(TrainConfig, {**base, "parallel": parallel})
+        tr = Trainer(
+            cfg,
+            tmp_path / name,
+            backbone=tiny_backbone(),
+            records=tiny_records(),
+            reward_fn=reward_has_digit_char,
+            progress=False,
+        )
+        rows = [tr.run_round() for _ in range(2)]
+        if name == "mesh":
+            assert tr.mesh is not None and tr.mesh.size == jax.device_count()
+            emb = tr.groups[0].train_params["embed"]
+            assert len(emb.sharding.device_set) == jax.device_count()  # the backbone is sharded
+        tr.close()
+        runs[name] = [{k: v for k, v in r.items() if k != "timings"} for r in rows]
+    assert sum(runs["mesh"][-1]["updates"]) > 0
+    _close(json.loads(json.dumps(runs["plain"])), json.loads(json.dumps(runs["mesh"])))
