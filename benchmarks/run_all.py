@@ -59,6 +59,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "publish": ("benchmarks.bench_publish", "publish"),
     "rewards": ("benchmarks.bench_rewards", "bench_rewards"),
     "scaling": ("benchmarks.bench_scaling", "scaling"),
+    "lora": ("benchmarks.bench_lora", "lora"),
 }
 
 # --quick extras that keep CI short (one JAX dtype: bf16 is the slower one on CPU anyway)
@@ -366,7 +367,46 @@ def rewards_figures(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def lora_figures(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    f = rec["figures"]
+    stacked, passes = f["jax-stacked"], f["jax-4-passes"]
+    out = [
+        figure(
+            "lora_stacked_vs_4_passes_s",
+            "s",
+            stacked["median_s"],
+            passes["median_s"],
+            higher_is_better=False,
+            spread_jax=[stacked["min_s"], stacked["max_s"]],
+            spread_pytorch=[passes["min_s"], passes["max_s"]],
+            note="fwd+bwd of a mixed 4-agent batch vs four single-agent passes (both JAX)",
+            baseline="JAX, four single-agent passes",
+        ),
+        figure(
+            "adapter_export_ms",
+            "ms",
+            1e3 * f["export_smollm2_r16"]["seconds"],
+            None,
+            higher_is_better=False,
+            note="export_peft of one r=16 SmolLM2 adapter",
+        ),
+    ]
+    if "peft-4-passes" in f:
+        out.append(
+            figure(
+                "lora_stacked_vs_peft_4_passes_s",
+                "s",
+                stacked["median_s"],
+                f["peft-4-passes"]["median_s"],
+                higher_is_better=False,
+                note="PEFT: set_adapter + fwd/bwd per agent",
+            )
+        )
+    return out
+
+
 EXTRACT: dict[str, Callable[[Mapping[str, Any]], list[dict[str, Any]]]] = {
+    "lora": lora_figures,
     "policy_step": policy_step_figures,
     "sampler": sampler_figures,
     "router": router_figures,
