@@ -65,8 +65,9 @@ def server(tmp_path_factory):
     )
     log = open(d / "server.log", "w")
     handle = start_server(argv, env, f"http://127.0.0.1:{port}", timeout=300, log=log)
-    yield {"handle": handle, "argv": argv, "env": env, "url": handle.url, "dir": d, "log": log}
-    handle.stop()
+    srv = {"handle": handle, "argv": argv, "env": env, "url": handle.url, "dir": d, "log": log}
+    yield srv
+    srv["handle"].stop()  # the restart test replaces the handle: stop whichever is current
 
 
 @pytest.fixture(scope="module")
