@@ -24,6 +24,17 @@ Design (what the loop does when ``parallel`` asks for a mesh):
 
 With the default ``parallel`` (all sizes 1) none of this is active and the loop is the
 single-device one.
+
+Launch, e.g. two hosts (run the same command on each, with its own process id)::
+
+    JAX_COORDINATOR_ADDRESS=host0:12355 JAX_NUM_PROCESSES=2 JAX_PROCESS_ID=<0|1> \
+        coevo train --config configs/paper_homogeneous.yaml parallel.fsdp=-1
+
+The run directory must be on a filesystem every process can read (resume reads it
+everywhere). Limits: a failure on process 0 during generation leaves the others waiting in
+the next broadcast until the launcher kills them; every process loads the records, so point
+``data.path`` at a ``coevo data build`` output rather than letting each process build the
+mixture into the shared run directory at once.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-ROUNDS = 3
+ROUNDS = 2
 
 
 def _free_port() -> int:
