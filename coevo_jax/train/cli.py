@@ -47,6 +47,11 @@ def main(args: argparse.Namespace) -> int:
         cfg = load_config(args.config, args.overrides)
         name = Path(args.config).stem if args.config else "cpu_default"
         run_dir = Path(args.out or f"runs/{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        if (run_dir / "metrics.jsonl").exists() or (run_dir / "checkpoints").exists():
+            raise SystemExit(
+                f"coevo train: {run_dir} already holds a run; continue it with "
+                f"`coevo train --resume {run_dir}` or choose another --out"
+            )
 
     from coevo_jax.train.loop import Trainer
 
