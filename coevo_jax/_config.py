@@ -44,7 +44,9 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         if isinstance(value, tp):
             return value
         if not isinstance(value, dict):
-            raise ConfigError(f"{path}: expected a mapping for {tp.__name__}, got {type(value).__name__}")
+            raise ConfigError(
+                f"{path}: expected a mapping for {tp.__name__}, got {type(value).__name__}"
+            )
         return from_dict(tp, value, path=path)
     origin = typing.get_origin(tp)
     if origin is tuple and isinstance(value, (list, tuple)):
@@ -52,7 +54,10 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_convert(args[0], v, f"{path}[{i}]") for i, v in enumerate(value))
         if args and len(args) == len(value):
-            return tuple(_convert(a, v, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True)))
+            return tuple(
+                _convert(a, v, f"{path}[{i}]")
+                for i, (a, v) in enumerate(zip(args, value, strict=True))
+            )
         return tuple(value)
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)

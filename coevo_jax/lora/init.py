@@ -27,7 +27,9 @@ class AgentLoRA:
         return int(next(iter(self.params.values()))["A"].shape[-1])
 
 
-def module_shapes(base_params: Mapping[str, Any], modules: Sequence[str]) -> dict[str, tuple[int, int, int]]:
+def module_shapes(
+    base_params: Mapping[str, Any], modules: Sequence[str]
+) -> dict[str, tuple[int, int, int]]:
     """``{module: (L, in, out)}`` read off the stacked base weights ``params["layers"][m]``."""
     layers = base_params["layers"]
     out = {}
@@ -41,7 +43,9 @@ def module_shapes(base_params: Mapping[str, Any], modules: Sequence[str]) -> dic
     return out
 
 
-def init_lora(key: jax.Array, cfg: LoRAConfig, base_params: Mapping[str, Any], *, dtype=jnp.float32) -> LoRAWeights:
+def init_lora(
+    key: jax.Array, cfg: LoRAConfig, base_params: Mapping[str, Any], *, dtype=jnp.float32
+) -> LoRAWeights:
     """Fresh stacked adapters for ``cfg.n_agents`` agents.
 
     A is drawn as PEFT draws it (kaiming-uniform with a=sqrt(5) on torch's ``[r, in]`` weight,
@@ -54,7 +58,11 @@ def init_lora(key: jax.Array, cfg: LoRAConfig, base_params: Mapping[str, Any], *
         n_layers, d_in, d_out = shapes[m]
         bound = 1.0 / np.sqrt(d_in)
         a = jax.random.uniform(
-            jax.random.fold_in(key, i), (n_layers, cfg.n_agents, d_in, cfg.rank), dtype, -bound, bound
+            jax.random.fold_in(key, i),
+            (n_layers, cfg.n_agents, d_in, cfg.rank),
+            dtype,
+            -bound,
+            bound,
         )
         params[m] = {"A": a, "B": jnp.zeros((n_layers, cfg.n_agents, cfg.rank, d_out), dtype)}
     return LoRAWeights(params=params, scale=cfg.scale, dropout=cfg.dropout)
@@ -70,7 +78,9 @@ def stack(adapters: Sequence[AgentLoRA]) -> LoRAWeights:
     first = adapters[0]
     for j, ad in enumerate(adapters[1:], 1):
         if set(ad.params) != set(first.params):
-            raise ValueError(f"adapter {j} targets {sorted(ad.params)}, adapter 0 targets {sorted(first.params)}")
+            raise ValueError(
+                f"adapter {j} targets {sorted(ad.params)}, adapter 0 targets {sorted(first.params)}"
+            )
         if ad.scale != first.scale:
             raise ValueError(f"adapter {j} has scale {ad.scale}, adapter 0 has {first.scale}")
     params = jax.tree.map(lambda *xs: jnp.stack(xs, axis=1), *[ad.params for ad in adapters])
@@ -89,8 +99,12 @@ def unstack(weights: LoRAWeights, agent_id: int) -> AgentLoRA:
 def set_agent(weights: LoRAWeights, agent_id: int, adapter: AgentLoRA) -> LoRAWeights:
     """Returns ``weights`` with agent ``agent_id``'s slot replaced by ``adapter``."""
     if set(adapter.params) != set(weights.params):
-        raise ValueError(f"adapter targets {sorted(adapter.params)}, slots target {sorted(weights.params)}")
+        raise ValueError(
+            f"adapter targets {sorted(adapter.params)}, slots target {sorted(weights.params)}"
+        )
     if adapter.scale != weights.scale:
         raise ValueError(f"adapter scale {adapter.scale} differs from the slots' {weights.scale}")
-    params = jax.tree.map(lambda s, a: s.at[:, agent_id].set(a.astype(s.dtype)), weights.params, adapter.params)
+    params = jax.tree.map(
+        lambda s, a: s.at[:, agent_id].set(a.astype(s.dtype)), weights.params, adapter.params
+    )
     return weights.replace(params=params)

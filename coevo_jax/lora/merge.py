@@ -11,7 +11,9 @@ from coevo_jax.lora.init import AgentLoRA, unstack
 from coevo_jax.lora.weights import LoRAWeights
 
 
-def merge(base_params: Mapping[str, Any], adapters: LoRAWeights | AgentLoRA, agent_id: int | None = None) -> dict:
+def merge(
+    base_params: Mapping[str, Any], adapters: LoRAWeights | AgentLoRA, agent_id: int | None = None
+) -> dict:
     """Returns base params with ``W += scale * A @ B`` for every adapted projection.
 
     Args:

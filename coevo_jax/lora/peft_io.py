@@ -107,7 +107,10 @@ def export_peft(
         if agent_id not in (None, 0):
             raise ValueError("export_peft: a single AgentLoRA has only agent 0")
         agent = adapters
-    params = {m: {k: np.asarray(v, dtype=np.float32) for k, v in ab.items()} for m, ab in agent.params.items()}
+    params = {
+        m: {k: np.asarray(v, dtype=np.float32) for k, v in ab.items()}
+        for m, ab in agent.params.items()
+    }
     rank = agent.rank
     alpha = _alpha_for(agent.scale, rank, rslora)
     tensors: dict[str, np.ndarray] = {}
@@ -267,7 +270,9 @@ def import_peft(
         n_layers = max(layers) + 1
         missing = [i for i in range(n_layers) if set(layers.get(i, {})) != {"A", "B"}]
         if missing:
-            raise AdapterFormatError(f"{w_path}: {full} lacks lora_A/lora_B at layers {missing[:5]}")
+            raise AdapterFormatError(
+                f"{w_path}: {full} lacks lora_A/lora_B at layers {missing[:5]}"
+            )
         ratio = scale_of(name) / base_scale
         module = _module_of(parent, name)
         if module is not None:
@@ -306,7 +311,9 @@ def import_peft(
     params = {
         m: {k: jnp.asarray(np.stack(v), dtype) for k, v in ab.items()} for m, ab in out.items()
     }
-    return AgentLoRA(params=params, scale=base_scale, dropout=float(config.get("lora_dropout", 0.0)))
+    return AgentLoRA(
+        params=params, scale=base_scale, dropout=float(config.get("lora_dropout", 0.0))
+    )
 
 
 def _fused_sizes(name: str, total: int, qkv_sizes: Any, w_path: Path) -> list[int]:
