@@ -182,8 +182,6 @@ class Trainer:
             )
         return self._router_prompts[idx]
 
-    _prompt = _router_prompt  # the router's view of a query (also the agents' when homogeneous)
-
     def agent_steps(self) -> list[int]:
         steps = [0] * self.cfg.lora.n_agents
         for g in self.groups:

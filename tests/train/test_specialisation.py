@@ -77,7 +77,7 @@ def test_router_learns_domain_to_agent_mapping(tmp_path):
 
     from coevo_jax.router import features, pad_queries, route
 
-    prompts = [tr._prompt(i) for i in range(len(recs))]
+    prompts = [tr._router_prompt(i) for i in range(len(recs))]
     ids, mask = pad_queries(prompts, max_len=64, pad_id=0)
     h = features(
         tr.backbone.params, tr.backbone.cfg, jnp.asarray(ids), jnp.asarray(mask), max_len=64
