@@ -56,7 +56,7 @@ def save_checkpoint(
       arrays: a pytree of arrays (device or host).
       host_state: JSON-serialisable host state.
     """
-    root = Path(root)
+    root = Path(root).resolve()  # orbax refuses relative paths
     root.mkdir(parents=True, exist_ok=True)
     leaves = jax.tree.leaves(arrays)
     flat = {f"{i:05d}": np.asarray(jax.device_get(x)) for i, x in enumerate(leaves)}
@@ -98,7 +98,7 @@ def load_checkpoint(path: str | os.PathLike, template: Any) -> tuple[Any, dict]:
     Raises:
       ValueError: when the checkpoint's leaves do not match the template (a different config).
     """
-    path = Path(path)
+    path = Path(path).resolve()
     leaves, treedef = jax.tree.flatten(template)
     flat = _checkpointer().restore(path / "arrays")
     if len(flat) != len(leaves):
