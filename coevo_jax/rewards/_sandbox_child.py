@@ -6,15 +6,24 @@ depends on nothing but the standard library and sees no site-packages, no ``PYTH
 variables and no user site.
 
 Phase 1, ``launch`` (the caller's user, root on a training box):
-  1. new network namespace (loopback only, and down) and, as root, a new mount namespace with
-     a private size-limited tmpfs on ``/tmp``, ``/var/tmp`` and ``/dev/shm``; the fresh work
-     directory lives on that tmpfs, so nothing written there reaches the host;
+  1. new network namespace (loopback only, and down), a new PID namespace and, as root, a new
+     mount namespace with a private size-limited tmpfs on ``/tmp``, ``/var/tmp`` and
+     ``/dev/shm``; the fresh work directory lives on that tmpfs, so nothing written there
+     reaches the host;
   2. as root: the interpreter prefix is bind-mounted under the private ``/tmp`` (the caller's
      prefix may sit under a ``0700`` home that the sandbox user cannot traverse);
   3. rlimits (CPU, address space, processes, file size, open files, no core files);
   4. as root: drop to the sandbox uid/gid with no supplementary groups;
-  5. parent-death signal, then ``execve`` of the interpreter in phase 2 with a clean
+  5. the lowest CPU priority (nice 19), so that a program spinning in many processes never
+     starves the trainer or the caller's kill;
+  6. parent-death signal, then ``execve`` of the interpreter in phase 2 with a clean
      environment.
+
+With a PID namespace the launcher forks once: the child becomes the namespace's init and
+goes on to phase 2, the launcher only waits. When the caller kills the launcher, the
+parent-death signal kills that init and the kernel kills every process left in the
+namespace at once, including ones that called ``setsid`` or forked in a loop; no sweep of
+the process table has to race them.
 Each step that the OS refuses is reported in the ``isolation`` line, never silently skipped.
 
 Phase 2, ``run`` (the sandbox user): compiles the program once, then runs every test in a
@@ -38,6 +47,7 @@ import time
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_NOSUID = 2
 MS_NODEV = 4
@@ -65,18 +75,22 @@ def launch():
     job = json.loads(sys.stdin.buffer.read().decode())
     sys.stdin.close()
     libc = _libc()
-    report = {"net": False, "mount": False, "user": "caller", "errors": []}
+    report = {"net": False, "mount": False, "pid": False, "user": "caller", "errors": []}
     is_root = os.geteuid() == 0
 
-    flags = CLONE_NEWNET | (CLONE_NEWNS if is_root else CLONE_NEWUSER)
-    if job["isolate_net"]:
+    ns = CLONE_NEWNS if is_root else CLONE_NEWUSER
+    net = CLONE_NEWNET if job["isolate_net"] else 0
+    # Strongest first; each later entry drops what an older kernel or a container's seccomp
+    # profile may refuse.
+    attempts = [ns | CLONE_NEWPID | net, ns | net, net] if net else [ns | CLONE_NEWPID, ns]
+    for flags in attempts:
         if libc.unshare(flags) == 0:
-            report["net"] = True
-            report["mount"] = is_root
-        elif libc.unshare(CLONE_NEWNET) == 0:
-            report["net"] = True
-        else:
-            report["errors"].append(f"unshare: errno {ctypes.get_errno()}")
+            report["net"] = bool(flags & CLONE_NEWNET)
+            report["mount"] = bool(flags & CLONE_NEWNS)
+            report["pid"] = bool(flags & CLONE_NEWPID)
+            break
+    else:
+        report["errors"].append(f"unshare: errno {ctypes.get_errno()}")
 
     python = job["python"]
     workdir = job["workdir"]
@@ -124,6 +138,9 @@ def launch():
     if is_root and uid is not None:
         os.chown(job_path, uid, gid)
 
+    if report["pid"]:
+        _become_init()
+
     lim = job["limits"]
     dropping = is_root and uid is not None
     for name, value in (
@@ -148,11 +165,38 @@ def launch():
         os.setgid(gid)
         os.setuid(uid)
         report["user"] = uid
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, 19)
+    except OSError as e:
+        report["errors"].append(f"setpriority: {e}")
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     _emit({"isolation": report})
     os.chdir(workdir)
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir}
     os.execve(python, [python, "-I", "-S", "-c", job["source"], "run"], env)
+
+
+def _become_init():
+    """Forks into the new PID namespace; only the child (its init) returns.
+
+    The launcher closes its copy of stdout, so the caller's end of file means the runner and
+    everything it started are gone, and waits so that the caller's process group still holds
+    a live process to kill.
+    """
+    pid = os.fork()
+    if pid == 0:
+        return
+    os.close(1)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except ChildProcessError:
+            os._exit(1)
+        except InterruptedError:
+            continue
+    code = os.waitstatus_to_exitcode(status)
+    os._exit(code if code >= 0 else 128 - code)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,7 +3,9 @@
 The child side lives in ``_sandbox_child.py`` (read as text and run with ``python -I -S -c``,
 so it imports nothing from this package). What the child gets:
 
-- its own session and process group (``start_new_session``), killed as a whole on timeout;
+- its own session and process group (``start_new_session``), killed as a whole on timeout,
+  and its own PID namespace where the kernel allows one, so that killing the runner kills
+  every process the program started (see ``_sandbox_child.py``); it runs at nice 19;
 - as root: a dedicated uid from ``[uid_base, uid_base + uid_count)``, leased with an
   ``flock`` so two concurrent sandboxes never share one (``RLIMIT_NPROC`` counts per uid, and
   the final sweep kills *every* process of that uid, including ones that left the group with
@@ -29,6 +31,7 @@ import collections
 import dataclasses
 import fcntl
 import json
+import logging
 import math
 import os
 import pwd
@@ -46,6 +49,7 @@ from typing import Any, Literal
 _CHILD_SOURCE = Path(__file__).with_name("_sandbox_child.py").read_text()
 _LOCK_DIR = Path(tempfile.gettempdir()) / "coevo_jax_sandbox_uids"
 # uids this process has leased, newest last (tests check that nothing of theirs survives)
+log = logging.getLogger(__name__)
 leased_uids: collections.deque[int] = collections.deque(maxlen=4096)
 
 Mode = Literal["stdio", "call", "asserts"]
@@ -100,12 +104,14 @@ class SandboxConfig:
 @dataclasses.dataclass
 class Isolation:
     """What the OS granted: ``net`` (own network namespace), ``mount`` (private tmpfs and
-    hidden home), ``user`` (the uid the program ran as, or ``"caller"``), ``errors``."""
+    hidden home), ``user`` (the uid the program ran as, or ``"caller"``), ``errors``, and
+    ``pid`` (own PID namespace: every process the program starts dies with the runner)."""
 
     net: bool = False
     mount: bool = False
     user: int | str = "caller"
     errors: list[str] = dataclasses.field(default_factory=list)
+    pid: bool = False
 
 
 @dataclasses.dataclass
@@ -175,18 +181,21 @@ def kill_uid(uid: int) -> None:
     outrun the sweep. The helper is spawned by ``subprocess`` (fork+exec in C), which is safe
     in a multithreaded (JAX) process, unlike ``os.fork``.
     """
-    subprocess.run(
-        ["/bin/sh", "-c", "kill -9 -1"],
-        user=uid,
-        group=uid,
-        extra_groups=[],
-        env={},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        check=False,
-        timeout=10,
-    )
+    try:
+        subprocess.run(
+            ["/bin/sh", "-c", "kill -9 -1"],
+            user=uid,
+            group=uid,
+            extra_groups=[],
+            env={},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+            timeout=10,
+        )
+    except subprocess.TimeoutExpired:
+        log.warning("code sandbox: the kill sweep for uid %d took over 10 s", uid)
 
 
 def uid_processes(uid: int) -> list[int]:
@@ -321,15 +330,17 @@ def run_program(
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        if lease is not None:
-            kill_uid(lease.uid)
-            _wait_uid_gone(lease.uid)
-        if proc is not None:
-            proc.wait()
-            proc.stdout.close()
-        if lease is not None:
-            lease.release()
-        shutil.rmtree(host_dir, ignore_errors=True)
+        try:
+            if lease is not None:
+                kill_uid(lease.uid)
+                _wait_uid_gone(lease.uid)
+            if proc is not None:
+                proc.wait()
+                proc.stdout.close()
+        finally:
+            if lease is not None:
+                lease.release()
+            shutil.rmtree(host_dir, ignore_errors=True)
     return _assemble(lines, len(tests), timed_out, time.monotonic() - t0)
 
 
@@ -371,7 +382,9 @@ def _assemble(lines: list[dict], n: int, timed_out: bool, wall_s: float) -> Sand
     for obj in lines:
         if "isolation" in obj:
             rep = obj["isolation"]
-            iso = Isolation(rep["net"], rep["mount"], rep["user"], list(rep["errors"]))
+            iso = Isolation(
+                rep["net"], rep["mount"], rep["user"], list(rep["errors"]), rep.get("pid", False)
+            )
         elif "compile_error" in obj:
             compile_error = str(obj["compile_error"])
         elif obj.get("compiled"):
