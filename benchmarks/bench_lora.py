@@ -42,6 +42,44 @@ def adapter_params(hidden, inter, layers, heads, kv, head_dim, rank=16) -> int:
     return layers * sum(rank * (a + b) for a, b in mats)
 
 
+def stacked_vs_passes(params, cfg, lora, ids, agents, *, compute_dtype=None) -> dict:
+    """Two callables doing the same work: the gradient w.r.t. the adapters of the completion
+    log-likelihood of ``ids`` ``[B, T]``, each row under its own agent (``agents`` ``[B]``,
+    sorted, equal counts): ``jax-stacked`` in one jitted call, ``jax-4-passes`` as one call per
+    agent on that agent's rows (the way a single-adapter library trains N adapters)."""
+    import jax
+    import jax.numpy as jnp
+
+    from coevo_jax.models import forward
+
+    compute_dtype = jnp.float32 if compute_dtype is None else compute_dtype
+
+    @jax.jit
+    def grad_fn(base, lp, ids, agents):
+        # The backbone is an argument, not a closure: closed-over arrays become constants.
+        def loss(lp):
+            logits = forward(
+                base, cfg, ids, lora=(lora.replace(params=lp), agents), compute_dtype=compute_dtype
+            ).logits
+            logp = jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32), -1)
+            return -jnp.take_along_axis(logp, ids[:, 1:, None], -1).mean()
+
+        return jax.grad(loss)(lp)
+
+    n_agents = int(agents.max()) + 1
+    per = ids.shape[0] // n_agents
+
+    def stacked():
+        jax.block_until_ready(grad_fn(params, lora.params, ids, agents))
+
+    def passes():
+        for i in range(n_agents):
+            rows = slice(i * per, (i + 1) * per)
+            jax.block_until_ready(grad_fn(params, lora.params, ids[rows], agents[rows]))
+
+    return {"jax-stacked": stacked, "jax-4-passes": passes}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="4 x 32 tokens, 1 repeat, no PEFT")
@@ -57,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     import jax.numpy as jnp
 
     from coevo_jax.lora import LoRAConfig, export_peft, init_lora
-    from coevo_jax.models import default_model_path, forward, load
+    from coevo_jax.models import default_model_path, load
 
     model, _ = load(default_model_path(), progress=False)
     params, cfg = model.params, model.config
@@ -69,33 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     ids = jnp.asarray(np.random.default_rng(0).integers(10, cfg.vocab_size, (b, t)), jnp.int32)
     agents = jnp.repeat(jnp.arange(n_agents), b // n_agents)
 
-    @jax.jit
-    def grad_fn(base, lp, ids, agents):
-        # The backbone is an argument, not a closure: closed-over arrays become constants.
-        def loss(lp):
-            logits = forward(base, cfg, ids, lora=(lora.replace(params=lp), agents)).logits
-            logp = jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32), -1)
-            return -jnp.take_along_axis(logp, ids[:, 1:, None], -1).mean()
-
-        return jax.grad(loss)(lp)
-
     per = b // n_agents
-
-    def stacked():
-        jax.block_until_ready(grad_fn(params, lora.params, ids, agents))
-
-    def four_passes():
-        for i in range(n_agents):
-            jax.block_until_ready(
-                grad_fn(
-                    params,
-                    lora.params,
-                    ids[i * per : (i + 1) * per],
-                    agents[i * per : (i + 1) * per],
-                )
-            )
-
-    contenders = {"jax-stacked": stacked, "jax-4-passes": four_passes}
+    contenders = stacked_vs_passes(params, cfg, lora, ids, agents)
     if not args.no_torch:
         import torch
         import transformers
@@ -146,6 +159,20 @@ def main(argv: list[str] | None = None) -> int:
         cfg.head_dim,
     )
     n_qwen = adapter_params(**QWEN3_4B)
+    # Floor: fwd (2 FLOP per weight per token) + activation backward (2 more; the frozen base
+    # gets no weight gradient), against reading the fp32 backbone about 3 times per call
+    # (forward, and twice in the backward). FLOP per byte of one call = tokens / 6: compute
+    # bound from ~a dozen tokens on a CPU (ridge ~5-10 FLOP/byte), so four passes of B/4 rows
+    # cost nearly what one pass of B rows costs, and the ratio is bounded by how much better
+    # XLA's matmuls run at B rows than at B/4 rows, not by the 4x fewer weight reads.
+    n_weights = sum(x.size for x in jax.tree.leaves(params))
+    floor = {
+        "flops_per_step": 4 * n_weights * b * t,
+        "weight_bytes_per_call": 3 * 4 * n_weights,
+        "flop_per_byte_stacked": (4 * n_weights * b * t) / (3 * 4 * n_weights),
+        "flop_per_byte_per_agent_pass": (4 * n_weights * (b // n_agents) * t) / (3 * 4 * n_weights),
+    }
+    floor["gflops_achieved_stacked"] = floor["flops_per_step"] / med["jax-stacked"] / 1e9
     figures = {
         **{k: {**common.summary(v), "tokens_per_s": b * t / med[k]} for k, v in times.items()},
         "export_smollm2_r16": {
@@ -154,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             "params": n_smol,
             "mb_per_s": nbytes / export_s / 1e6,
         },
+        "floor": floor,
         "export_qwen3_4b_r16_projected": {
             "params": n_qwen,
             "bytes": 4 * n_qwen,
@@ -165,6 +193,11 @@ def main(argv: list[str] | None = None) -> int:
     print(common.format_table(rows))
     for k, v in ratios.items():
         print(f"ratio {k}: {v:.2f}x")
+    print(
+        f"floor: {floor['flops_per_step'] / 1e9:.0f} GFLOP per step, "
+        f"{floor['flop_per_byte_per_agent_pass']:.0f} FLOP/byte per single-agent pass "
+        f"(compute bound); stacked pass ran at {floor['gflops_achieved_stacked']:.0f} GFLOP/s"
+    )
     print(
         f"export r=16 SmolLM2 adapter: {export_s * 1000:.0f} ms ({nbytes / 1e6:.1f} MB); "
         f"Qwen3-4B r=16 ({n_qwen / 1e6:.1f}M params) projected {figures['export_qwen3_4b_r16_projected']['seconds']:.2f} s"

@@ -8,7 +8,10 @@ no hub access is needed). It measures, in one process:
 - the same step in PyTorch (transformers + PEFT + TRL 1.16's loss) for the ratio;
 - router latency per query (partial pass to layer 27 + familiarity heads) at batch 1 and 32,
   against the paper's 11.87 ms;
-- decode tokens/s of the JAX sampler.
+- decode tokens/s of the JAX sampler;
+- the multi-agent LoRA goal of the LoRA issue: forward + backward of one mixed 4-agent batch
+  (one row of 128 tokens per agent) against four single-agent passes, where each pass reads
+  the whole bf16 backbone for 128 tokens (memory-bound on this GPU, unlike on CPU).
 
 ``--shape tiny`` runs the same code on a tiny model on CPU (the CI smoke test).
 Run through ``benchmarks/gpu_check.sh``; results go to ``--out`` as JSON plus a table.
@@ -51,9 +54,18 @@ SHAPES = {
 }
 WORK = {  # sequences, prompt, completion, router query length, decode prompts, new tokens, repeats
     "qwen3-4b": dict(
-        n_seq=16, p_len=128, t_len=512, q_len=256, n_prompts=16, new_tokens=128, repeats=3
+        n_seq=16,
+        p_len=128,
+        t_len=512,
+        q_len=256,
+        n_prompts=16,
+        new_tokens=128,
+        repeats=3,
+        lora_len=128,
     ),
-    "tiny": dict(n_seq=8, p_len=8, t_len=16, q_len=16, n_prompts=4, new_tokens=8, repeats=2),
+    "tiny": dict(
+        n_seq=8, p_len=8, t_len=16, q_len=16, n_prompts=4, new_tokens=8, repeats=2, lora_len=16
+    ),
 }
 
 
@@ -132,6 +144,20 @@ def jax_checks(shape: str, w: dict[str, int]) -> dict[str, Any]:
 
         t, _ = _median_time(run_router, w["repeats"] + 2)
         out["router_ms"][str(b)] = 1000 * t / b
+
+    from benchmarks.bench_lora import stacked_vs_passes
+
+    lora_ids = jax.random.randint(jax.random.PRNGKey(7), (4, w["lora_len"]), 3, cfg.vocab_size)
+    fns = stacked_vs_passes(
+        params, cfg, lora, lora_ids, jnp.arange(4, dtype=jnp.int32), compute_dtype=jnp.bfloat16
+    )
+    t_stacked, _ = _median_time(fns["jax-stacked"], w["repeats"])
+    t_passes, _ = _median_time(fns["jax-4-passes"], w["repeats"])
+    out["lora_mixed"] = {
+        "stacked_s": t_stacked,
+        "four_passes_s": t_passes,
+        "ratio_passes_over_stacked": t_passes / t_stacked,
+    }
 
     prompts = [list(range(3, 3 + 32 + k)) for k in range(w["n_prompts"])]
 
@@ -212,6 +238,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{j['router_ms']['1']:.2f}, {j['router_ms']['32']:.2f}",
         ),
         ("decode tokens/s (JAX sampler)", f"{j['decode_tokens_per_s']:.0f}"),
+        (
+            "LoRA 4 passes / one mixed pass (goal 2x)",
+            f"{j['lora_mixed']['ratio_passes_over_stacked']:.2f}x",
+        ),
     ]
     if "tokens_per_s" in res.get("torch", {}):
         ratio = j["policy_step"]["tokens_per_s"] / res["torch"]["tokens_per_s"]

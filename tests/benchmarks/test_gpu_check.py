@@ -25,8 +25,12 @@ def test_gpu_check_tiny_smoke(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads((tmp_path / "gpu_check-tiny.json").read_text())
-    assert {"policy_step", "router_ms", "decode_tokens_per_s", "matmul_peak_tflops"} <= set(
-        res["jax"]
-    )
+    assert {
+        "policy_step",
+        "router_ms",
+        "decode_tokens_per_s",
+        "matmul_peak_tflops",
+        "lora_mixed",
+    } <= set(res["jax"])
     assert "tokens_per_s" in res["torch"] and res["policy_step_ratio_jax_over_torch"] > 0
     assert "ratio JAX / PyTorch" in proc.stdout
