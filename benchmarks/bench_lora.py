@@ -87,9 +87,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sequences", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument(
+        "--sweep",
+        type=int,
+        nargs="*",
+        default=[8, 32, 128],
+        help="tokens per agent (one row each) for the stacked / passes ratio sweep",
+    )
     args = ap.parse_args(argv)
     if args.quick:
         args.repeats, args.sequences, args.tokens, args.no_torch = 1, 4, 32, True
+        args.sweep = [8]
 
     import jax
     import jax.numpy as jnp
@@ -138,6 +146,22 @@ def main(argv: list[str] | None = None) -> int:
 
     times = common.interleaved(contenders, args.repeats, warmup=1)
     med = {k: float(np.median(v)) for k, v in times.items()}
+
+    # Where does the stacked pass pay? One row per agent, shrinking rows: each single-agent
+    # pass's FLOP per byte of backbone read falls as tokens/6, until it is memory-bound.
+    sweep = {}
+    for tok in args.sweep:
+        ids_s = jnp.asarray(
+            np.random.default_rng(tok).integers(10, cfg.vocab_size, (n_agents, tok)), jnp.int32
+        )
+        fns = stacked_vs_passes(params, cfg, lora, ids_s, jnp.arange(n_agents, dtype=jnp.int32))
+        ts = common.interleaved(fns, max(args.repeats, 3), warmup=1)
+        m = {k: float(np.median(v)) for k, v in ts.items()}
+        sweep[str(tok)] = {
+            "stacked_s": m["jax-stacked"],
+            "four_passes_s": m["jax-4-passes"],
+            "ratio": m["jax-4-passes"] / m["jax-stacked"],
+        }
     ratios = {"4-passes / stacked (JAX)": med["jax-4-passes"] / med["jax-stacked"]}
     if "peft-4-passes" in med:
         ratios["PEFT 4-passes / JAX stacked"] = med["peft-4-passes"] / med["jax-stacked"]
@@ -182,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             "mb_per_s": nbytes / export_s / 1e6,
         },
         "floor": floor,
+        "sweep_tokens_per_agent": sweep,
         "export_qwen3_4b_r16_projected": {
             "params": n_qwen,
             "bytes": 4 * n_qwen,
@@ -193,10 +218,11 @@ def main(argv: list[str] | None = None) -> int:
     print(common.format_table(rows))
     for k, v in ratios.items():
         print(f"ratio {k}: {v:.2f}x")
+    for tok, v in sweep.items():
+        print(f"1 row x {tok} tokens per agent: 4 passes / stacked = {v['ratio']:.2f}x")
     print(
         f"floor: {floor['flops_per_step'] / 1e9:.0f} GFLOP per step, "
-        f"{floor['flop_per_byte_per_agent_pass']:.0f} FLOP/byte per single-agent pass "
-        f"(compute bound); stacked pass ran at {floor['gflops_achieved_stacked']:.0f} GFLOP/s"
+        f"{floor['flop_per_byte_per_agent_pass']:.0f} FLOP/byte per single-agent pass; stacked pass ran at {floor['gflops_achieved_stacked']:.0f} GFLOP/s"
     )
     print(
         f"export r=16 SmolLM2 adapter: {export_s * 1000:.0f} ms ({nbytes / 1e6:.1f} MB); "
