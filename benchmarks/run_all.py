@@ -391,6 +391,18 @@ def lora_figures(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
             note="export_peft of one r=16 SmolLM2 adapter",
         ),
     ]
+    for tok, v in f.get("sweep_tokens_per_agent", {}).items():
+        out.append(
+            figure(
+                f"lora_stacked_vs_4_passes_{tok}_tokens_per_agent_s",
+                "s",
+                v["stacked_s"],
+                v["four_passes_s"],
+                higher_is_better=False,
+                note=f"one row of {tok} tokens per agent (the memory-bound end)",
+                baseline="JAX, four single-agent passes",
+            )
+        )
     if "peft-4-passes" in f:
         out.append(
             figure(
