@@ -1,4 +1,9 @@
-"""``coevo eval``: evaluate a run (inference routing + aggregation) or compare runs."""
+"""``coevo eval``: evaluate a run (inference routing + aggregation) or compare runs.
+
+A run trained with an ablation router (``router.head``, ``router.feature_layers``,
+``router.routing: top_k``, no exploration, no margin) is evaluated with the same command;
+its report names the ablation, and ``--compare`` puts it beside the full router.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +11,17 @@ import argparse
 import json
 from pathlib import Path
 
+BASELINES = ("base", "single", "uniform_vote", "random", "top", "oracle")
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("eval", help="evaluate a training run against baselines, or compare runs")
+    p = sub.add_parser(
+        "eval",
+        help="evaluate a training run against baselines, or compare runs",
+        description="Evaluate RUN_DIR's last checkpoint (read-only: only RUN_DIR/eval/ is "
+        "written) with inference routing and aggregation, against baselines; or print a "
+        "paper-style table across runs' reports with --compare.",
+    )
     p.add_argument("--run", help="run directory written by coevo train")
     p.add_argument("--suite", default="cpu", help="cpu | id | ood | a JSONL file of records")
     p.add_argument(
@@ -17,25 +30,36 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--taus", type=float, nargs="*", default=[0.3, 0.5, 0.7, 0.9], help="tau sweep for the plot"
     )
-    p.add_argument("--limit", type=int, default=None, help="records per split file")
+    p.add_argument("--limit", type=int, default=None, help="records per dataset (source)")
     p.add_argument("--max-new-tokens", type=int, default=256)
-    p.add_argument("--no-baselines", action="store_true")
+    p.add_argument("--no-baselines", action="store_true", help="evaluate the run's router only")
+    p.add_argument(
+        "--baselines",
+        nargs="+",
+        choices=BASELINES,
+        default=None,
+        help=f"a subset of the baselines (default: all of {', '.join(BASELINES)})",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--compare", nargs="+", metavar="RUN_DIR", help="print a table across runs' latest reports"
     )
     p.set_defaults(func=main)
 
 
+def latest_report(run_dir: str | Path) -> dict:
+    """The newest ``RUN/eval/*.json`` report of a run."""
+    reports = sorted(Path(run_dir, "eval").glob("*.json"), key=lambda p: p.stat().st_mtime)
+    if not reports:
+        raise SystemExit(f"{run_dir}: no eval report; run `coevo eval --run {run_dir}` first")
+    return json.loads(reports[-1].read_text())
+
+
 def main(args: argparse.Namespace) -> int:
     if args.compare:
         from coevo_jax.eval.report import compare_table
 
-        runs = {}
-        for d in args.compare:
-            reports = sorted(Path(d, "eval").glob("*.json"), key=lambda p: p.stat().st_mtime)
-            if not reports:
-                raise SystemExit(f"{d}: no eval report; run `coevo eval --run {d}` first")
-            runs[Path(d).name] = json.loads(reports[-1].read_text())
+        runs = {Path(d).name or str(d): latest_report(d) for d in args.compare}
         print(compare_table(runs))
         return 0
     if not args.run:
@@ -43,6 +67,10 @@ def main(args: argparse.Namespace) -> int:
     from coevo_jax.eval.report import markdown_table
     from coevo_jax.eval.runner import evaluate_run
 
+    if args.no_baselines:
+        baselines: tuple[str, ...] = ()
+    else:
+        baselines = tuple(args.baselines) if args.baselines else BASELINES
     payload = evaluate_run(
         args.run,
         suite=args.suite,
@@ -50,10 +78,10 @@ def main(args: argparse.Namespace) -> int:
         tau=args.tau,
         taus=tuple(args.taus),
         max_new_tokens=args.max_new_tokens,
-        baselines=()
-        if args.no_baselines
-        else ("base", "single", "uniform_vote", "random", "top", "oracle"),
+        baselines=baselines,
+        progress=not args.no_progress,
     )
+    print(payload["description"])
     print(markdown_table(payload["results"], payload["router_ms"]))
     print(f"report written under {Path(args.run) / 'eval'}")
     return 0

@@ -75,6 +75,8 @@ def collect(
     score_fn: Callable[[Sequence[Any], Sequence[str]], Sequence[float]] | None = None,
     latency_queries: int = 8,
     seed: int = 0,
+    chunk_queries: int = 16,
+    progress: bool = False,
 ) -> Collected:
     """Routes, generates and scores ``records`` with a trained run's router and agents.
 
@@ -84,6 +86,10 @@ def collect(
       max_new_tokens, temperature: generation settings (greedy by default).
       score_fn: ``(records, completions) -> scores`` (default: the verifiers).
       latency_queries: how many queries to time the router on, one at a time.
+      seed: generation seed (query q uses ``seed + q``).
+      chunk_queries: queries per engine call (each call holds ``chunk * (agents + 1)``
+        requests); the progress bar advances per chunk.
+      progress: show a tqdm bar over the generation.
     """
     if score_fn is None:
         from coevo_jax.rewards import score_batch
@@ -136,10 +142,21 @@ def collect(
     tokens = np.zeros((len(records), n), np.int64)
     base_texts = [""] * len(records)
     base_tokens = np.zeros(len(records), np.int64)
-    for g in trainer.groups:
+    chunks = [
+        (g, range(start, min(start + chunk_queries, len(records))))
+        for g in trainer.groups
+        for start in range(0, len(records), max(1, chunk_queries))
+    ]
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(records) * len(trainer.groups), desc="eval generate", unit="query")
+    for g, qs in chunks:
         tok = g.backbone.tokenizer
         reqs = []
-        for q, r in enumerate(records):
+        for q in qs:
+            r = records[q]
             p = tuple(
                 prompts[q] if g.backbone is bb else render_chat(r, tok, cfg.data.max_input_tokens)
             )
@@ -169,6 +186,10 @@ def collect(
                 base_texts[int(q)], base_tokens[int(q)] = text, len(t.completion_ids)
             else:
                 texts[int(q)][int(who)], tokens[int(q), int(who)] = text, len(t.completion_ids)
+        if bar is not None:
+            bar.update(len(qs))
+    if bar is not None:
+        bar.close()
     flat_recs = [r for r in records for _ in range(n)] + list(records)
     flat_texts = [t for row in texts for t in row] + base_texts
     s = np.asarray(score_fn(flat_recs, flat_texts), np.float32)

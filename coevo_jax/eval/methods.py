@@ -6,7 +6,7 @@ activated agents generated. Methods:
 
 | name | activated | output |
 | --- | --- | --- |
-| ``cera`` (at each tau) | cumulative-familiarity threshold | familiarity-weighted vote / argmax-f |
+| ``cera`` (at each tau) | the run's rule: cumulative threshold (or top-k) | familiarity-weighted vote / argmax-f |
 | ``base`` | the base model | its completion |
 | ``single:i`` | agent i | its completion |
 | ``uniform_vote`` | all agents | unweighted vote / agent 0 for open-ended |
@@ -83,6 +83,19 @@ def threshold_active(f: np.ndarray, tau: float) -> np.ndarray:
     return np.asarray(select_agents(f, f, tau=tau))
 
 
+def run_active(f: np.ndarray, *, tau: float, routing: str = "threshold", top_k: int = 1):
+    """The activation rule a run was trained with, at inference (exploration off).
+
+    ``routing="threshold"`` is the cumulative-familiarity rule at ``tau``; ``"top_k"`` (the
+    fixed top-k router ablation) activates the ``top_k`` highest-scoring agents.
+    """
+    if routing == "top_k":
+        return np.asarray(select_top_k(f, top_k))
+    if routing != "threshold":
+        raise ValueError(f"routing must be 'threshold' or 'top_k', got {routing!r}")
+    return threshold_active(f, tau)
+
+
 def evaluate_methods(
     c: Collected,
     *,
@@ -90,18 +103,23 @@ def evaluate_methods(
     taus: Sequence[float] = (),
     baselines: Sequence[str] = ("base", "single", "uniform_vote", "random", "top", "oracle"),
     seed: int = 0,
+    routing: str = "threshold",
+    top_k: int = 1,
 ) -> dict[str, dict[str, Any]]:
     """Accuracy, tokens and activations of CERA-MoA and the requested baselines.
 
+    ``routing``/``top_k`` are the run's routing rule (:func:`run_active`); a fixed top-k
+    router has no tau, so its runs get no sweep.
+
     Returns:
-      ``{method name: summary}``; the CERA-MoA entry is ``"cera"`` (at ``tau``) and, for the
-      sweep, ``"cera@{t}"`` for each t in ``taus``.
+      ``{method name: summary}``; the routed run's entry is ``"cera"`` and, for the
+      threshold sweep, ``"cera@{t}"`` for each t in ``taus``.
     """
     q, n = c.f.shape
     out: dict[str, dict[str, Any]] = {}
-    active = threshold_active(c.f, tau)
+    active = run_active(c.f, tau=tau, routing=routing, top_k=top_k)
     out["cera"] = _summary(c, active, _choose(c, active, c.f))
-    for t in taus:
+    for t in taus if routing == "threshold" else ():
         a = threshold_active(c.f, float(t))
         out[f"cera@{t:g}"] = _summary(c, a, _choose(c, a, c.f))
     if "base" in baselines:

@@ -42,12 +42,19 @@ def write_report(out_dir: str | os.PathLike, name: str, payload: dict[str, Any])
     paths = [out / f"{name}.json", out / f"{name}.md"]
     paths[0].write_text(json.dumps(payload, indent=2))
     md = f"# Evaluation: {name}\n\n{payload.get('description', '')}\n\n"
+    router = payload.get("router")
+    if router:
+        md += "Router: " + ", ".join(f"{k}={v}" for k, v in router.items()) + "\n\n"
+    if payload.get("queries_by_dataset"):
+        counts = ", ".join(f"{k}: {v}" for k, v in payload["queries_by_dataset"].items())
+        md += f"Queries per dataset: {counts}\n\n"
     md += markdown_table(results, payload.get("router_ms"))
+    md += f"\n![accuracy per dataset]({name}_accuracy.png)\n"
+    md += f"\n![tokens vs accuracy]({name}_tokens_vs_accuracy.png)\n"
     paths[1].write_text(md)
     paths.append(_bar(results, out / f"{name}_accuracy.png"))
     sweep = {k: v for k, v in results.items() if k.startswith("cera@")}
-    if sweep:
-        paths.append(_tradeoff(results, sweep, out / f"{name}_tokens_vs_accuracy.png"))
+    paths.append(_tradeoff(results, sweep, out / f"{name}_tokens_vs_accuracy.png"))
     return paths
 
 
@@ -77,10 +84,14 @@ def _tradeoff(
     pts = sorted(
         (v["tokens_per_query"], 100 * v["accuracy"], k.split("@")[1]) for k, v in sweep.items()
     )
-    ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label="CERA-MoA (tau sweep)")
+    if pts:  # a fixed top-k router has no tau to sweep; its point is "cera" below
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label="CERA-MoA (tau sweep)")
     for x, y, t in pts:
         ax.annotate(f"tau={t}", (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
-    for m in ("top:1", "top:2", "top:3", "uniform_vote", "base"):
+    if "cera" in results:
+        r = results["cera"]
+        ax.scatter(r["tokens_per_query"], 100 * r["accuracy"], marker="*", s=120, label="run")
+    for m in ("top:1", "top:2", "top:3", "uniform_vote", "random", "base", "oracle"):
         if m in results:
             ax.scatter(
                 results[m]["tokens_per_query"], 100 * results[m]["accuracy"], marker="s", label=m
@@ -94,13 +105,21 @@ def _tradeoff(
 
 
 def compare_table(runs: dict[str, dict[str, Any]]) -> str:
-    """Paper-style table: one row per run, CERA-MoA accuracy per dataset plus averages."""
+    """Paper-style table: one row per run (its router variant named), the run's routed
+    accuracy per dataset, the average, tokens and activated agents per query."""
     datasets = sorted({d for p in runs.values() for d in p["results"]["cera"]["by_dataset"]})
-    head = ["run", *datasets, "avg", "tokens/query"]
+    head = ["run", "router", *datasets, "avg", "tokens/query", "agents/query"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, p in runs.items():
         r = p["results"]["cera"]
-        cells = [name] + [f"{100 * r['by_dataset'].get(d, float('nan')):.1f}" for d in datasets]
-        cells += [f"{100 * r['accuracy']:.1f}", f"{r['tokens_per_query']:.1f}"]
+        cells = [name, p.get("router", {}).get("ablation", "?")]
+        cells += [
+            f"{100 * r['by_dataset'][d]:.1f}" if d in r["by_dataset"] else "-" for d in datasets
+        ]
+        cells += [
+            f"{100 * r['accuracy']:.1f}",
+            f"{r['tokens_per_query']:.1f}",
+            f"{r['agents_per_query']:.2f}",
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -1,8 +1,22 @@
-"""Evaluating a training run: restore it, collect one generation pass, compute every method."""
+"""Evaluating a training run: restore it read-only, collect one generation pass, compute every
+method, write the report under ``RUN/eval/``.
+
+Evaluating never changes a run: the trainer is opened with ``read_only=True`` (no config
+rewrite, no metrics or TensorBoard writer, no metrics truncation) and, for an ``http``
+engine, adapters are published to a temporary directory rather than ``RUN/adapters``.
+Ablation routers (``router.head``, ``router.feature_layers``, ``router.routing``, no
+exploration, no margin, a train/test tau mismatch) are evaluated by the same path: the
+restored router scores queries with its own head and features, the ``cera`` entry uses the
+run's own routing rule, and the report names the ablation (:func:`ablation_name`).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import tempfile
+import time
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -12,25 +26,81 @@ from coevo_jax.eval.methods import evaluate_methods
 from coevo_jax.eval.report import write_report
 
 SUITES = {"cpu": ("eval_id", "eval_ood"), "id": ("eval_id",), "ood": ("eval_ood",)}
+ALL_BASELINES = ("base", "single", "uniform_vote", "random", "top", "oracle")
+
+
+def _per_dataset(recs: list[Any], limit: int | None) -> list[Any]:
+    """The first ``limit`` records of each source, in file order (all when ``limit`` is None)."""
+    if not limit:
+        return list(recs)
+    seen: dict[str, int] = defaultdict(int)
+    out = []
+    for r in recs:
+        src = r.source if hasattr(r, "source") else r.get("source", "unknown")
+        if seen[src] < limit:
+            seen[src] += 1
+            out.append(r)
+    return out
 
 
 def suite_records(data_dir: Path, suite: str, limit: int | None = None) -> list[Any]:
-    """Records of ``suite`` from a built mixture directory (``limit`` per split file)."""
+    """Records of ``suite`` (``cpu``, ``id``, ``ood`` or a JSONL file of records).
+
+    The named suites read the held-out files of a built mixture directory (``coevo data
+    build``): ``eval_id.jsonl`` and/or ``eval_ood.jsonl``. ``limit`` keeps the first
+    ``limit`` records of each dataset (source), so a short evaluation still covers every one.
+    """
     from coevo_jax.data import read_records
 
     if suite not in SUITES:
         path = Path(suite)
         if not path.is_file():
             raise ValueError(f"unknown suite {suite!r}: use cpu, id, ood or a JSONL file")
-        recs = read_records(path)
-        return recs[:limit] if limit else recs
+        return _per_dataset(read_records(path), limit)
     out = []
     for split in SUITES[suite]:
-        f = data_dir / f"{split}.jsonl"
+        f = Path(data_dir) / f"{split}.jsonl"
         if not f.is_file():
             raise FileNotFoundError(f"{f}: missing; build the mixture with `coevo data build`")
-        recs = read_records(f)
-        out += recs[:limit] if limit else recs
+        out += _per_dataset(read_records(f), limit)
+    if not out:
+        raise ValueError(f"suite {suite!r} under {data_dir}: no records")
+    return out
+
+
+def ablation_name(router_cfg: Any, eval_tau: float | None = None) -> str:
+    """A short name for the router variant a run was trained with (``"full"`` for CERA-MoA).
+
+    Parts, joined with ``+``: ``regression-head`` / ``classification-head``, ``final-layer``,
+    ``top-{k}``, ``no-exploration``, ``no-margin``, ``tau-mismatch`` (``eval_tau`` differs
+    from the training ``tau``).
+    """
+    parts = []
+    if router_cfg.head != "familiarity":
+        parts.append(f"{router_cfg.head}-head")
+    if router_cfg.feature_layers != "mid":
+        parts.append(f"{router_cfg.feature_layers}-layer")
+    if router_cfg.routing == "top_k":
+        parts.append(f"top-{router_cfg.top_k}")
+    if not router_cfg.explores:
+        parts.append("no-exploration")
+    if router_cfg.unbounded_push:
+        parts.append("no-margin")
+    if eval_tau is not None and router_cfg.routing == "threshold" and eval_tau != router_cfg.tau:
+        parts.append("tau-mismatch")
+    return "+".join(parts) or "full"
+
+
+def router_summary(router_cfg: Any, eval_tau: float) -> dict[str, Any]:
+    """The router settings a report must show to be read (and compared) correctly."""
+    keys = ("head", "feature_layers", "routing", "top_k", "lam", "margin", "tau")
+    out = {k: getattr(router_cfg, k) for k in keys}
+    out.update(
+        exploration=bool(router_cfg.explores),
+        unbounded_push=bool(router_cfg.unbounded_push),
+        eval_tau=eval_tau,
+        ablation=ablation_name(router_cfg, eval_tau),
+    )
     return out
 
 
@@ -43,28 +113,79 @@ def evaluate_trainer(
     tau: float | None = None,
     taus: tuple[float, ...] = (0.3, 0.5, 0.7, 0.9),
     max_new_tokens: int = 256,
-    baselines: tuple[str, ...] = ("base", "single", "uniform_vote", "random", "top", "oracle"),
+    baselines: tuple[str, ...] = ALL_BASELINES,
     score_fn=None,
+    extra: dict[str, Any] | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
-    """Runs the collection pass and every method; writes the report; returns the payload."""
+    """Runs the collection pass and every method; writes the report; returns the payload.
+
+    Args:
+      trainer: a trained or restored ``coevo_jax.train.loop.Trainer``.
+      records: evaluation records.
+      out_dir: where ``{name}.json``, ``{name}.md`` and the plots go.
+      tau: inference threshold (default: the run's ``eval_tau``).
+      taus: threshold sweep for the tokens-vs-accuracy plot (threshold routers only).
+      baselines: which baselines to compute (see ``coevo_jax.eval.methods``).
+      score_fn: ``(records, completions) -> scores`` (default: the verifiers).
+      extra: more fields for the JSON payload (run directory, suite...).
+      progress: a progress bar over the generation.
+    """
+    rcfg = trainer.cfg.router
     tau = trainer.cfg.eval_tau if tau is None else tau
-    c = collect(trainer, records, max_new_tokens=max_new_tokens, score_fn=score_fn)
-    results = evaluate_methods(c, tau=tau, taus=taus, baselines=baselines)
+    t0 = time.perf_counter()
+    c = collect(
+        trainer, records, max_new_tokens=max_new_tokens, score_fn=score_fn, progress=progress
+    )
+    results = evaluate_methods(
+        c, tau=tau, taus=taus, baselines=baselines, routing=rcfg.routing, top_k=rcfg.top_k
+    )
+    counts: dict[str, int] = defaultdict(int)
+    for r in records:
+        counts[r.source if hasattr(r, "source") else r.get("source", "unknown")] += 1
+    router = router_summary(rcfg, tau)
+    rule = f"top-{rcfg.top_k}" if rcfg.routing == "top_k" else f"tau={tau:g}"
     payload = {
-        "description": f"{len(records)} queries, tau={tau}, greedy, max_new_tokens={max_new_tokens}",
+        "description": f"{len(records)} queries, router {router['ablation']} ({rule}), greedy, "
+        f"max_new_tokens={max_new_tokens}",
         "tau": tau,
         "queries": len(records),
+        "queries_by_dataset": dict(sorted(counts.items())),
+        "max_new_tokens": max_new_tokens,
+        "router": router,
         "router_ms": c.router_ms,
+        "eval_s": time.perf_counter() - t0,
+        **(extra or {}),
         "results": results,
     }
     write_report(out_dir, name, payload)
     return payload
 
 
+def report_name(suite: str, router_cfg: Any, tau: float) -> str:
+    """``{suite}-{ablation}-tau{tau}`` (the suite's file stem for a JSONL suite)."""
+    s = suite if suite in SUITES else Path(suite).stem
+    rule = f"top{router_cfg.top_k}" if router_cfg.routing == "top_k" else f"tau{tau:g}"
+    return f"{s}-{ablation_name(router_cfg, tau)}-{rule}"
+
+
 def evaluate_run(
-    run_dir: str | Path, *, suite: str = "cpu", limit: int | None = None, **kw
+    run_dir: str | Path,
+    *,
+    suite: str = "cpu",
+    limit: int | None = None,
+    tau: float | None = None,
+    backbone: Any = None,
+    agent_backbones: Any = None,
+    progress: bool = False,
+    **kw,
 ) -> dict[str, Any]:
-    """Restores ``run_dir``'s last checkpoint and evaluates it on ``suite``."""
+    """Restores ``run_dir``'s last checkpoint read-only and evaluates it on ``suite``.
+
+    Only ``run_dir/eval/`` is written. ``backbone`` / ``agent_backbones`` stand in for the
+    config's models (tests); ``kw`` goes to :func:`evaluate_trainer`.
+    """
+    from coevo_jax.train.checkpoint import latest_checkpoint
     from coevo_jax.train.config import TrainConfig
     from coevo_jax.train.loop import Trainer
 
@@ -73,14 +194,38 @@ def evaluate_run(
     if not cfg_path.is_file():
         raise FileNotFoundError(f"{cfg_path}: not a training run directory")
     cfg = from_dict(TrainConfig, json.loads(cfg_path.read_text()))
+    ckpt = latest_checkpoint(run_dir / "checkpoints")
+    if ckpt is None:
+        raise FileNotFoundError(f"{run_dir / 'checkpoints'}: no checkpoint to evaluate")
     data_dir = Path(cfg.data.path) if cfg.data.path else run_dir / "data"
     records = suite_records(data_dir, suite, limit)
-    trainer = Trainer(cfg, run_dir, progress=False)
-    try:
-        if not trainer.restore():
-            raise FileNotFoundError(f"{run_dir}: no checkpoint to evaluate")
-        tau = kw.pop("tau", None)
-        name = f"{suite}-tau{trainer.cfg.eval_tau if tau is None else tau:g}"
-        return evaluate_trainer(trainer, records, run_dir / "eval", name=name, tau=tau, **kw)
-    finally:
-        trainer.close()
+    tau = cfg.eval_tau if tau is None else tau
+    with tempfile.TemporaryDirectory(prefix="coevo-eval-adapters-") as tmp:
+        if cfg.rollout.engine != "inprocess":  # publishing writes adapter files: not into the run
+            cfg = dataclasses.replace(
+                cfg, rollout=dataclasses.replace(cfg.rollout, adapter_dir=tmp)
+            )
+        trainer = Trainer(
+            cfg,
+            run_dir,
+            backbone=backbone,
+            agent_backbones=agent_backbones,
+            records=records,
+            progress=progress,
+            read_only=True,
+        )
+        try:
+            trainer.restore(ckpt)
+            extra = {"run": str(run_dir), "suite": suite, "checkpoint_round": trainer.round}
+            return evaluate_trainer(
+                trainer,
+                records,
+                run_dir / "eval",
+                name=report_name(suite, cfg.router, tau),
+                tau=tau,
+                extra=extra,
+                progress=progress,
+                **kw,
+            )
+        finally:
+            trainer.close()

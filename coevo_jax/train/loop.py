@@ -109,6 +109,11 @@ class Trainer:
       reward_fn: ``(records, completions, agent_ids) -> rewards`` (default: the verifiers).
       engines: one rollout engine per agent group (default: from ``cfg.rollout``).
       progress: show a progress bar.
+      read_only: restore-and-serve mode for evaluation: ``run_dir`` is only read (no
+        ``config.json`` rewrite, no metrics or TensorBoard writer, no metrics truncation on
+        :meth:`restore`); ``records`` must be given (nothing is built into the run) and
+        :meth:`run` / :meth:`save` refuse. With an ``http`` engine, point
+        ``rollout.adapter_dir`` outside the run, since publishing writes adapters there.
     """
 
     def __init__(
@@ -122,10 +127,15 @@ class Trainer:
         reward_fn: RewardFn | None = None,
         engines: Sequence[Any] | None = None,
         progress: bool = True,
+        read_only: bool = False,
     ):
         self.cfg = cfg
         self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.read_only = read_only
+        if read_only and records is None:
+            raise ValueError("Trainer(read_only=True) needs records: it builds nothing in run_dir")
+        if not read_only:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
         self.progress = progress
         if cfg.setting == "homogeneous":
             self.router_backbone = backbone or load_backbone(cfg.model)
@@ -163,8 +173,8 @@ class Trainer:
         self.round = 0
         self._router_prompts: dict[int, list[int]] = {}
         self._features_log: dict[str, list] = {"h": [], "agent": [], "cls": []}
-        self.metrics = MetricsWriter(self.run_dir) if self.driver else None
-        if self.driver:
+        self.metrics = MetricsWriter(self.run_dir) if self.driver and not read_only else None
+        if self.driver and not read_only:
             (self.run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
 
     # ---------------------------------------------------------------- helpers
@@ -209,6 +219,8 @@ class Trainer:
 
     def save(self) -> Path | None:
         """Checkpoints the complete state (process 0 only; the others return None)."""
+        if self.read_only:
+            raise RuntimeError(f"{self.run_dir}: opened read-only (evaluation); not saving")
         if not self.driver:
             return None
         host = {
@@ -510,6 +522,8 @@ class Trainer:
 
     def run(self, rounds: int | None = None) -> list[dict[str, Any]]:
         """Runs until ``cfg.loop.rounds`` rounds are done (or ``rounds`` more); returns metrics."""
+        if self.read_only:
+            raise RuntimeError(f"{self.run_dir}: opened read-only (evaluation); not training")
         total = self.cfg.loop.rounds if rounds is None else self.round + rounds
         loop = self.cfg.loop
         out = []
