@@ -56,15 +56,25 @@ def load(
         cfg, params = load_hf_params(p, cfg, dtype=dtype, mesh=mesh, progress=progress)
         return Decoder(cfg, params), _hf_tokenizer(p)
     if p.suffix == ".gguf":
-        from coevo_jax.models.gguf import load_gguf
+        if mesh is None:
+            from coevo_jax.models.gguf import load_gguf
 
-        cfg, params, tokenizer = load_gguf(p, dtype=dtype)
-        params = jax.tree.map(lambda a: jnp.asarray(a, dtype), params)
-        if mesh is not None:
-            from coevo_jax.parallel.rules import shard_params
+            cfg, params, tokenizer = load_gguf(p, dtype=dtype)
+            params = jax.tree.map(lambda a: jnp.asarray(a, dtype), params)
+            return Decoder(cfg, params), tokenizer
+        # Host arrays straight to their shards: a model too big for one device never lands
+        # whole on the default device first.
+        import numpy as np
 
-            params = shard_params(params, mesh)
-        return Decoder(cfg, params), tokenizer
+        from coevo_jax.models.config import ModelConfig
+        from coevo_jax.models.gguf import load_gguf_arrays
+        from coevo_jax.models.tokenizer import Tokenizer
+        from coevo_jax.parallel.rules import shard_params
+
+        hf_cfg, arrays, meta = load_gguf_arrays(p, dtype=np.dtype(dtype))
+        cfg = ModelConfig.from_hf_dict(hf_cfg, source=os.fspath(p))
+        tokenizer = Tokenizer.from_gguf_metadata(meta, source=os.fspath(p))
+        return Decoder(cfg, shard_params(arrays, mesh)), tokenizer
     if p.name == "config.json":
         return load(p.parent, dtype=dtype, mesh=mesh, progress=progress)
     raise ModelLoadError(f"{p}: expected an HF model directory or a .gguf file")

@@ -206,6 +206,25 @@ def test_load_gguf_returns_config_params_tokenizer(tmp_path):
     assert tok.decode(tok.encode(" the then")) == " the then"
 
 
+def test_gguf_with_a_mesh_is_placed_shard_by_shard(tmp_path):
+    import jax
+    import jax.numpy as jnp
+
+    from coevo_jax.models import load
+    from coevo_jax.parallel import make_mesh
+
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(path)
+    mesh = make_mesh(data=2, fsdp=2, tensor=2)
+    sharded, tok = load(path, mesh=mesh, dtype=jnp.float32, progress=False)
+    plain, _ = load(path, dtype=jnp.float32, progress=False)
+    q = sharded.params["layers"]["q"]
+    assert q.sharding.spec == jax.sharding.PartitionSpec(None, "fsdp", "tensor")
+    assert len(q.addressable_shards) == 8 and tok.eos_token_ids == (2,)
+    for a, b in zip(jax.tree.leaves(sharded.params), jax.tree.leaves(plain.params), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_not_a_gguf_is_one_clear_error(tmp_path):
     bad = tmp_path / "model.gguf"
     bad.write_text('{"this": "is json"}')
