@@ -115,12 +115,18 @@ def hf_config_dict(
 
     Raises:
       ValueError: ``cfg`` cannot be expressed in that family's HF config (Phi-3 derives
-        ``head_dim`` as ``hidden_size // num_attention_heads`` and cannot store another one).
+        ``head_dim`` as ``hidden_size // num_attention_heads`` and cannot store another one;
+        only Phi-3 has a ``sliding_window``).
     """
     if cfg.family == "phi3" and cfg.head_dim * cfg.num_heads != cfg.hidden_size:
         raise ValueError(
             f"phi3 config: head_dim {cfg.head_dim} != hidden_size/num_heads "
             f"({cfg.hidden_size}/{cfg.num_heads}); transformers' Phi3Config cannot express it"
+        )
+    if cfg.sliding_window is not None and cfg.family != "phi3":
+        raise ValueError(
+            f"{cfg.family} config: sliding_window={cfg.sliding_window} has no field in "
+            f"transformers' {_ARCHITECTURE[cfg.family]} config (only Phi-3 carries one)"
         )
     rope = _rope_fields(cfg)
     params = {"rope_theta": cfg.rope_theta, **rope}

@@ -7,6 +7,7 @@ q/k norm) and Phi-3 (fused tensors, partial rotary, longrope in both regimes).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -96,9 +97,21 @@ def test_config_dict_round_trips_and_is_json(family):
     assert ModelConfig.from_hf_dict(old) == cfg
 
 
-def test_phi3_with_an_independent_head_dim_is_refused():
+def test_explicit_longrope_factors_and_sliding_window_round_trip():
+    cfg = dataclasses.replace(
+        CONFIGS["phi3"], rope_factor=4.0, rope_attention_factor=1.25, sliding_window=16
+    )
+    d = hf_config_dict(cfg)
+    assert d["rope_parameters"]["attention_factor"] == 1.25 and d["sliding_window"] == 16
+    assert ModelConfig.from_hf_dict(json.loads(json.dumps(d))) == cfg
+
+
+def test_configs_transformers_cannot_express_are_refused():
     cfg = ModelConfig(family="phi3", **SMALL, num_kv_heads=2, head_dim=16)
     with pytest.raises(ValueError, match="head_dim 16 != hidden_size/num_heads"):
+        hf_config_dict(cfg)
+    cfg = dataclasses.replace(CONFIGS["llama"], sliding_window=8)
+    with pytest.raises(ValueError, match="llama config: sliding_window=8"):
         hf_config_dict(cfg)
 
 
@@ -310,3 +323,16 @@ def test_transformers_gives_our_logits(tmp_path, family):
         with torch.no_grad():
             theirs = model(torch.from_numpy(ids.astype(np.int64))).logits.numpy()
         np.testing.assert_allclose(ours, theirs, atol=1e-4, rtol=0)
+
+
+def test_sharded_params_on_a_mesh_are_written_one_layer_at_a_time(tmp_path):
+    from coevo_jax.parallel import make_mesh
+    from coevo_jax.parallel.rules import shard_params
+
+    cfg = CONFIGS["phi3"]
+    params = _params(cfg)
+    placed = shard_params(params, make_mesh(data=2, fsdp=2, tensor=2))
+    assert len(placed["layers"]["q"].addressable_shards) == 8
+    out = save_hf(placed, cfg, tmp_path / "m", progress=False)
+    _, back = load_hf_params(out, progress=False)
+    _assert_tree_equal(back, params)
