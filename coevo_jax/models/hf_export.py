@@ -383,9 +383,10 @@ def save_hf(
 ) -> Path:
     """Writes ``params`` as an HF model directory (atomically).
 
-    ``transformers.AutoModelForCausalLM.from_pretrained(out_dir)``, vLLM and
-    :func:`coevo_jax.models.load` read the result; loading it back with ``load`` gives
-    ``params`` bit for bit when ``dtype`` is the params' own.
+    ``transformers.AutoModelForCausalLM.from_pretrained(out_dir)`` and
+    :func:`coevo_jax.models.load` read the result (tested); loading it back with ``load``
+    gives ``params`` bit for bit when ``dtype`` is the params' own. The layout is the one HF
+    checkpoints of these architectures have, which is what vLLM loads (not tested here).
 
     Args:
       params: decoder params in the layout of docs/interfaces.md (``[in, out]`` matrices,
@@ -414,6 +415,7 @@ def save_hf(
     out_dir = Path(out_dir)
     limit = parse_size(max_shard_size)
     _check_params(params, cfg)
+    hf_config_dict(cfg)  # refuse an inexpressible config before touching the disk
     _prepare_out_dir(out_dir, overwrite)
     plan = _tensor_plan(params, cfg)
     out_dtypes = [np.dtype(dtype) if dtype is not None else t.dtype for t in plan]

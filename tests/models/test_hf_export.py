@@ -106,13 +106,16 @@ def test_explicit_longrope_factors_and_sliding_window_round_trip():
     assert ModelConfig.from_hf_dict(json.loads(json.dumps(d))) == cfg
 
 
-def test_configs_transformers_cannot_express_are_refused():
+def test_configs_transformers_cannot_express_are_refused(tmp_path):
     cfg = ModelConfig(family="phi3", **SMALL, num_kv_heads=2, head_dim=16)
     with pytest.raises(ValueError, match="head_dim 16 != hidden_size/num_heads"):
         hf_config_dict(cfg)
     cfg = dataclasses.replace(CONFIGS["llama"], sliding_window=8)
     with pytest.raises(ValueError, match="llama config: sliding_window=8"):
         hf_config_dict(cfg)
+    with pytest.raises(ValueError, match="llama config: sliding_window=8"):
+        save_hf(_params(cfg), cfg, tmp_path / "sub" / "m", progress=False)
+    assert not (tmp_path / "sub").exists()
 
 
 @pytest.mark.parametrize("family", sorted(CONFIGS))
