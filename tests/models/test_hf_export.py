@@ -339,3 +339,21 @@ def test_sharded_params_on_a_mesh_are_written_one_layer_at_a_time(tmp_path):
     out = save_hf(placed, cfg, tmp_path / "m", progress=False)
     _, back = load_hf_params(out, progress=False)
     _assert_tree_equal(back, params)
+
+
+@pytest.mark.slow  # importing vLLM takes ~30 s here
+def test_vllm_reads_the_config_of_each_family(tmp_path):
+    pytest.importorskip("torch", reason="vLLM needs torch (test extra)")
+    vllm_config = pytest.importorskip(
+        "vllm.transformers_utils.config", reason="vllm==0.33.0 --no-deps (installed by .ci/run)"
+    )
+    for family, cfg in CONFIGS.items():
+        out = save_hf(_params(cfg), cfg, tmp_path / family, progress=False)
+        theirs = vllm_config.get_config(str(out), trust_remote_code=False)
+        assert type(theirs).__name__ == hf_config_dict(cfg)["architectures"][0].replace(
+            "ForCausalLM", "Config"
+        )
+        assert theirs.rope_parameters["rope_type"] == cfg.rope_type
+        assert theirs.rope_parameters["rope_theta"] == cfg.rope_theta
+        assert theirs.head_dim == cfg.head_dim
+        assert theirs.tie_word_embeddings == cfg.tie_word_embeddings
