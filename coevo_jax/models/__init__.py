@@ -1,7 +1,8 @@
 """Decoders (Llama, Qwen3, Phi-3 families), weight loading, tokenizer and sampler.
 
 ``forward`` is the pure forward pass over a params pytree; ``Decoder`` the NNX module around
-it; ``load`` reads an HF directory or a GGUF file into ``(Decoder, Tokenizer | None)``.
+it; ``load`` reads an HF directory or a GGUF file into ``(Decoder, Tokenizer | None)``;
+``save_hf`` writes params back as an HF directory.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ __all__ = [
     "jit_forward",
     "load",
     "param_shapes",
+    "save_hf",
+    "hf_config_dict",
 ]
 
 # Loading pulls in safetensors/tqdm and the GGUF reader; keep `import coevo_jax.models` light.
@@ -40,6 +43,8 @@ _LAZY = {
     "load": ("coevo_jax.models.loading", "load"),
     "ModelLoadError": ("coevo_jax.models.hf_loader", "ModelLoadError"),
     "default_model_path": ("coevo_jax.models.default", "default_model_path"),
+    "save_hf": ("coevo_jax.models.hf_export", "save_hf"),
+    "hf_config_dict": ("coevo_jax.models.hf_export", "hf_config_dict"),
 }
 
 
