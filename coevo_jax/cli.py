@@ -14,6 +14,7 @@ import sys
 # subcommand module -> registers one or more subcommands
 SUBCOMMAND_MODULES = (
     "coevo_jax.models.cli",  # generate
+    "coevo_jax.lora.cli",  # merge
     "coevo_jax.data.cli",  # data build / data show
     "coevo_jax.train.cli",  # train
     "coevo_jax.eval.cli",  # eval

