@@ -65,8 +65,10 @@ def local_command(
     host: str = "127.0.0.1",
     port: int = 8000,
     served_model_name: str | None = None,
+    extra: Sequence[str] = (),
 ) -> tuple[list[str], dict[str, str]]:
-    """``(argv, env)`` for the project's own server in a child Python process."""
+    """``(argv, env)`` for the project's own server in a child Python process (``extra``:
+    more ``rollout_bridge.server`` flags, e.g. ``--batch-wait-ms``)."""
     argv = [sys.executable, "-m", "rollout_bridge.server", "--host", host, "--port", str(port),
             "--max-loras", str(agents), "--max-lora-rank", str(max_lora_rank)]  # fmt: skip
     if model:
@@ -75,6 +77,7 @@ def local_command(
         argv += ["--random-config", random_config]
     if served_model_name:
         argv += ["--served-model-name", served_model_name]
+    argv += list(extra)
     return argv, dict(os.environ)
 
 
