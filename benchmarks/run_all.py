@@ -57,6 +57,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "sampler": ("benchmarks.bench_sampler", "sampler"),
     "router": ("benchmarks.bench_router", "router"),
     "publish": ("benchmarks.bench_publish", "publish"),
+    "bridge": ("benchmarks.bench_bridge", "bridge"),
     "rewards": ("benchmarks.bench_rewards", "bench_rewards"),
     "scaling": ("benchmarks.bench_scaling", "scaling"),
     "lora": ("benchmarks.bench_lora", "lora"),
@@ -343,6 +344,25 @@ def publish_figures(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def bridge_figures(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    f = rec["figures"]
+    inp, http = f["in_process"], f["http"]
+    return [
+        figure(
+            "bridge_http_vs_in_process_tokens_per_s",
+            "tokens/s",
+            http["tokens_per_s"],
+            inp["tokens_per_s"],
+            higher_is_better=True,
+            spread_jax=_rate_range(http["completion_tokens"], http),
+            spread_pytorch=_rate_range(inp["completion_tokens"], inp),
+            note="the same batch through the HTTP engine + local server vs the in-process "
+            "engine (ratio < 1 is the protocol's cost)",
+            baseline="in-process engine (JAX)",
+        )
+    ]
+
+
 def rewards_figures(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
     by_set: dict[str, list[Mapping[str, Any]]] = {}
     for row in rec["rows"]:
@@ -423,6 +443,7 @@ EXTRACT: dict[str, Callable[[Mapping[str, Any]], list[dict[str, Any]]]] = {
     "sampler": sampler_figures,
     "router": router_figures,
     "publish": publish_figures,
+    "bridge": bridge_figures,
     "rewards": rewards_figures,
     "scaling": lambda rec: [],
 }
