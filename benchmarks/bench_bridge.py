@@ -22,13 +22,11 @@ the protocol costs). Writes ``benchmarks/results/bridge-*.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import tempfile
 from pathlib import Path
 
 from benchmarks import common
-from benchmarks.bench_publish import TINY_HF_CONFIG
 
 QUESTIONS = (
     "What is the capital of France?",
@@ -82,29 +80,18 @@ def main(argv: list[str] | None = None) -> dict:
     from rollout_bridge.local_engine import InProcessEngine, row_seed
 
     work = Path(tempfile.mkdtemp(prefix="bench_bridge-"))
-    if args.quick:
-        from coevo_jax.models import ModelConfig, init_params
-
-        cfg_path = work / "config.json"
-        cfg_path.write_text(json.dumps(TINY_HF_CONFIG))
-        cfg = ModelConfig.from_hf_dict(TINY_HF_CONFIG)
-        params = init_params(cfg, jax.random.PRNGKey(0))  # the server's --random-config --seed 0
+    params, cfg, tok, model_desc, server_kw = common.served_model(args.quick, work)
+    if tok is None:
         rng = np.random.default_rng(0)
         prompts = [
             tuple(int(t) for t in rng.integers(2, cfg.vocab_size, size=int(rng.integers(5, 13))))
             for _ in range(args.prompts)
         ]
         eos, pad = tuple(cfg.eos_token_ids), 0
-        model_desc, server_kw = "random 2-layer Llama (hidden 64)", {"random_config": str(cfg_path)}
     else:
-        from coevo_jax.models import default_model_path, load
-
-        model, tok = load(default_model_path(), dtype=jnp.float32, progress=False)
-        params, cfg = model.params, model.config
         prompts = [tuple(tok.encode(QUESTIONS[i % len(QUESTIONS)])) for i in range(args.prompts)]
         eos = tuple(tok.eos_token_ids or cfg.eos_token_ids)  # what the server stops on
         pad = int(tok.pad_token_id or 0)
-        model_desc, server_kw = "SmolLM2-135M-Instruct Q4_1 GGUF (fp32)", {}
 
     lora = init_lora(
         jax.random.key(1),

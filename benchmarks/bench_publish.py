@@ -17,29 +17,12 @@ HTTP round trip on either side. Writes ``benchmarks/results/publish-*.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
 from benchmarks import common
-
-TINY_HF_CONFIG = {
-    "model_type": "llama",
-    "architectures": ["LlamaForCausalLM"],
-    "vocab_size": 512,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 256,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 10000.0,
-    "tie_word_embeddings": False,
-    "eos_token_id": 1,
-}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -53,27 +36,13 @@ def main(argv: list[str] | None = None) -> dict:
         args.repeats = 5
 
     import jax
-    import jax.numpy as jnp
 
     from coevo_jax.lora import LoRAConfig, export_peft, init_lora, unstack
     from rollout_bridge.http_engine import HTTPEngine
     from rollout_bridge.launcher import free_port, local_command, start_server
 
     work = Path(tempfile.mkdtemp(prefix="bench_publish-"))
-    if args.quick:
-        from coevo_jax.models import ModelConfig, init_params
-
-        cfg_path = work / "config.json"
-        cfg_path.write_text(json.dumps(TINY_HF_CONFIG))
-        cfg = ModelConfig.from_hf_dict(TINY_HF_CONFIG)
-        params = init_params(cfg, jax.random.key(0))
-        model_desc, server_kw = "random 2-layer Llama (hidden 64)", {"random_config": str(cfg_path)}
-    else:
-        from coevo_jax.models import default_model_path, load
-
-        model, _ = load(default_model_path(), dtype=jnp.float32, progress=False)
-        params, cfg = model.params, model.config
-        model_desc, server_kw = "SmolLM2-135M-Instruct Q4_1 GGUF", {}
+    params, cfg, _, model_desc, server_kw = common.served_model(args.quick, work)
 
     lora = init_lora(
         jax.random.key(1),

@@ -33,21 +33,7 @@ from benchmarks import common
 BATCHES = (1, 8, 32, 128)
 LENGTHS = (128, 256, 512, 1024)
 
-TINY = {
-    "model_type": "llama",
-    "architectures": ["LlamaForCausalLM"],
-    "vocab_size": 512,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 2048,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 10000.0,
-    "tie_word_embeddings": True,
-    "eos_token_id": 1,
-}
+TINY = {**common.TINY_LLAMA, "max_position_embeddings": 2048, "tie_word_embeddings": True}
 # SmolLM2-135M (RECIPES.md): 30 layers, hidden 576, 9 heads / 3 KV heads, vocab 49152, tied.
 SMOLLM2 = {
     **TINY,

@@ -20,6 +20,23 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent
+
+# The random 2-layer Llama that --quick benchmarks serve or time (CI-sized).
+TINY_LLAMA = {
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLM"],
+    "vocab_size": 512,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 256,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
+    "eos_token_id": 1,
+}
 # COEVO_BENCH_RESULTS redirects every benchmark's JSON (run_all keeps a run's raw files together).
 RESULTS = Path(os.environ.get("COEVO_BENCH_RESULTS") or ROOT / "results")
 
@@ -145,3 +162,27 @@ def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | Non
     )
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     return "\n".join([line(columns), sep, *(line(b) for b in body)])
+
+
+def served_model(quick: bool, work: Path) -> tuple[Any, Any, Any, str, dict[str, str]]:
+    """The model a rollout-server benchmark serves, loaded the same way on the client side.
+
+    Returns ``(params, cfg, tokenizer, description, server_kwargs)``: with ``quick``, the
+    random :data:`TINY_LLAMA` (its config.json written to ``work``; params drawn as the
+    server's ``--random-config --seed 0`` draws them; no tokenizer), else the embedded
+    SmolLM2 in fp32. ``server_kwargs`` go to ``rollout_bridge.launcher.local_command``.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from coevo_jax.models import ModelConfig, default_model_path, init_params, load
+
+    if quick:
+        cfg_path = work / "config.json"
+        cfg_path.write_text(json.dumps(TINY_LLAMA))
+        cfg = ModelConfig.from_hf_dict(TINY_LLAMA)
+        params = init_params(cfg, jax.random.PRNGKey(0))
+        desc = "random 2-layer Llama (hidden 64)"
+        return params, cfg, None, desc, {"random_config": str(cfg_path)}
+    model, tok = load(default_model_path(), dtype=jnp.float32, progress=False)
+    return model.params, model.config, tok, "SmolLM2-135M-Instruct Q4_1 GGUF (fp32)", {}
