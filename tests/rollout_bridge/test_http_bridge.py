@@ -16,22 +16,7 @@ from coevo_jax.models import ModelConfig, forward, init_params
 from rollout_bridge.engine import GenerationRequest
 from rollout_bridge.http_engine import HTTPEngine
 from rollout_bridge.launcher import free_port, local_command, start_server
-
-HF_CONFIG = {
-    "model_type": "llama",
-    "architectures": ["LlamaForCausalLM"],
-    "vocab_size": 128,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 96,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 10000.0,
-    "tie_word_embeddings": False,
-    "eos_token_id": 1,
-}
+from tests.rollout_bridge._tiny import HF_CONFIG
 
 try:
     from vllm.entrypoints.openai.completion.protocol import CompletionRequest, CompletionResponse

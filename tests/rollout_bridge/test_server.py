@@ -14,22 +14,7 @@ from coevo_jax.models import ModelConfig, init_params
 from coevo_jax.models.sampler import generate as sample
 from rollout_bridge.local_engine import row_seed
 from rollout_bridge.server import ServerBackend
-
-HF_CONFIG = {
-    "model_type": "llama",
-    "architectures": ["LlamaForCausalLM"],
-    "vocab_size": 128,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 96,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 10000.0,
-    "tie_word_embeddings": False,
-    "eos_token_id": 1,
-}
+from tests.rollout_bridge._tiny import HF_CONFIG
 
 BODIES = [
     {"model": "a0", "prompt": [[5, 6, 7, 8], [9, 10]], "n": 2, "seed": 11},
