@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 
 from coevo_jax.lora import AgentLoRA, LoRAConfig, export_merged, init_lora, merge, unstack
-from coevo_jax.models import ModelConfig, param_shapes
+from coevo_jax.models import ModelConfig
 from coevo_jax.models.decoder import jit_forward
 from coevo_jax.models.hf_loader import load_hf_params
+from tests.models._params import numpy_params as _base
 
 SMALL = dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_layers=2, num_heads=4)
 CONFIGS = {
@@ -34,20 +35,6 @@ CONFIGS = {
 # Llama adapts a subset (q, v, down) so the merge leaves the other projections untouched.
 TARGETS = {"llama": ("q", "v", "down"), "qwen3": None, "phi3": None}
 IDS = np.array([[5, 9, 3, 17, 22, 8, 40, 1]], np.int32)
-
-
-def _base(cfg: ModelConfig, seed: int = 0):
-    """Random fp32 params drawn with numpy (init_params' jit compile costs seconds)."""
-    rng = np.random.default_rng(seed)
-
-    def draw(path, shape):
-        if "norm" in jax.tree_util.keystr(path):
-            return jnp.asarray(1.0 + 0.1 * rng.standard_normal(shape), jnp.float32)
-        return jnp.asarray(0.2 * rng.standard_normal(shape), jnp.float32)
-
-    return jax.tree_util.tree_map_with_path(
-        draw, param_shapes(cfg), is_leaf=lambda s: isinstance(s, tuple)
-    )
 
 
 def _adapters(params, family: str, n: int = 3, seed: int = 1):

@@ -17,11 +17,12 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
-from coevo_jax.models import ModelConfig, hf_export, param_shapes
+from coevo_jax.models import ModelConfig, hf_export
 from coevo_jax.models.decoder import jit_forward
 from coevo_jax.models.hf_export import hf_config_dict, parse_size, save_hf
 from coevo_jax.models.hf_loader import load_hf_params
 from coevo_jax.models.tokenizer import Tokenizer
+from tests.models._params import numpy_params as _params
 
 SMALL = dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_layers=2, num_heads=4)
 CONFIGS = {
@@ -64,20 +65,6 @@ CONFIGS = {
 # T=6 stays within original_max_position_embeddings=8; T=12 switches longrope to its long
 # factors (and is where llama3 scaling matters least, but still exercises it).
 IDS = {t: (np.arange(3, 3 + t, dtype=np.int32)[None] * 7) % 61 for t in (6, 12)}
-
-
-def _params(cfg: ModelConfig, seed: int = 0):
-    """Random fp32 params (numpy-drawn: init_params' jit compile costs seconds per config)."""
-    rng = np.random.default_rng(seed)
-
-    def draw(path, shape):
-        if "norm" in jax.tree_util.keystr(path):
-            return jnp.asarray(1.0 + 0.1 * rng.standard_normal(shape), jnp.float32)
-        return jnp.asarray(0.2 * rng.standard_normal(shape), jnp.float32)
-
-    return jax.tree_util.tree_map_with_path(
-        draw, param_shapes(cfg), is_leaf=lambda s: isinstance(s, tuple)
-    )
 
 
 def _assert_tree_equal(a, b) -> None:
