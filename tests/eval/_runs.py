@@ -58,3 +58,17 @@ def snapshot_dirs(root: Path, skip: str = "eval") -> set[str]:
         for p in root.rglob("*")
         if p.is_dir() and p.relative_to(root).parts[0] != skip
     }
+
+
+def evaluate_tiny_run(run: Path, suite: Path) -> dict:
+    """``evaluate_run`` on a tiny run with the settings every eval test uses."""
+    from coevo_jax.eval.runner import evaluate_run
+
+    return evaluate_run(
+        run,
+        suite=str(suite),
+        backbone=tiny_backbone(),
+        max_new_tokens=6,
+        taus=(0.3, 0.9),
+        score_fn=odd_length_score,
+    )

@@ -5,13 +5,11 @@ import argparse
 
 import pytest
 
-from coevo_jax.eval import evaluate_run
 from coevo_jax.eval.cli import main as eval_main
 from coevo_jax.eval.runner import ablation_name
 from coevo_jax.router import RouterConfig
-from tests.eval._runs import odd_length_score, snapshot, train_tiny_run, write_suite
+from tests.eval._runs import evaluate_tiny_run, snapshot, train_tiny_run, write_suite
 from tests.eval.test_eval_path import check_report_files
-from tests.train._tiny import tiny_backbone
 
 ABLATIONS = {
     "regression-head+final-layer": ({"head": "regression", "feature_layers": "final"}, {}),
@@ -45,14 +43,7 @@ def ablation_run(label, root):
         suite = write_suite(root / "suite.jsonl")
         run = train_tiny_run(root / label, router=router, loop=loop)
         before = snapshot(run)
-        payload = evaluate_run(
-            run,
-            suite=str(suite),
-            backbone=tiny_backbone(),
-            max_new_tokens=6,
-            taus=(0.3, 0.9),
-            score_fn=odd_length_score,
-        )
+        payload = evaluate_tiny_run(run, suite)
         assert snapshot(run) == before
         _RUNS[label] = (run, payload)
     return _RUNS[label]

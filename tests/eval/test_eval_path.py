@@ -9,6 +9,7 @@ from coevo_jax.eval import evaluate_run, evaluate_trainer
 from coevo_jax.eval.runner import suite_records
 from coevo_jax.train.loop import Trainer
 from tests.eval._runs import (
+    evaluate_tiny_run,
     odd_length_score,
     snapshot,
     snapshot_dirs,
@@ -81,14 +82,7 @@ def test_evaluate_run_leaves_the_run_untouched(tmp_path):
     suite = write_suite(tmp_path / "suite.jsonl")
     files, dirs = snapshot(run), snapshot_dirs(run)
     assert "config.json" in files and any(f.startswith("tensorboard") for f in files)
-    payload = evaluate_run(
-        run,
-        suite=str(suite),
-        backbone=tiny_backbone(),
-        max_new_tokens=6,
-        taus=(0.3, 0.9),
-        score_fn=odd_length_score,
-    )
+    payload = evaluate_tiny_run(run, suite)
     # nothing but RUN/eval/ was written: same files, same bytes, no new files or folders
     assert snapshot(run) == files
     assert snapshot_dirs(run) == dirs
