@@ -18,13 +18,13 @@ Phase 1, ``launch`` (the caller's user, root on a training box):
      starves the trainer or the caller's kill;
   6. parent-death signal, then ``execve`` of the interpreter in phase 2 with a clean
      environment.
+Each step that the OS refuses is reported in the ``isolation`` line, never silently skipped.
 
 With a PID namespace the launcher forks once: the child becomes the namespace's init and
 goes on to phase 2, the launcher only waits. When the caller kills the launcher, the
 parent-death signal kills that init and the kernel kills every process left in the
 namespace at once, including ones that called ``setsid`` or forked in a loop; no sweep of
 the process table has to race them.
-Each step that the OS refuses is reported in the ``isolation`` line, never silently skipped.
 
 Phase 2, ``run`` (the sandbox user): compiles the program once, then runs every test in a
 fresh ``fork`` of itself with the remaining time budget, and streams one JSON line per test
@@ -187,14 +187,7 @@ def _become_init():
     if pid == 0:
         return
     os.close(1)
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except ChildProcessError:
-            os._exit(1)
-        except InterruptedError:
-            continue
+    _, status = os.waitpid(pid, 0)  # EINTR is retried by Python itself (PEP 475)
     code = os.waitstatus_to_exitcode(status)
     os._exit(code if code >= 0 else 128 - code)
 
