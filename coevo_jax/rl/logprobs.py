@@ -13,11 +13,13 @@ step).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from coevo_jax.lora.weights import LoRAWeights
@@ -84,6 +86,46 @@ def _lm_head(params: dict[str, Any], cfg: ModelConfig, dtype: Any) -> jax.Array:
     return params["lm_head"].astype(dtype)
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _head_logprobs(
+    h: jax.Array, head: jax.Array, tgt: jax.Array, with_entropy: bool
+) -> tuple[jax.Array, jax.Array | None]:
+    """One piece of :func:`token_logprobs`; see there. Its VJP is written by hand."""
+    out, _ = _head_logprobs_fwd(h, head, tgt, with_entropy)
+    return out
+
+
+def _head_logprobs_fwd(h, head, tgt, with_entropy):
+    # One exp pass serves the normaliser and the entropy: with e = exp(l - m) and s = sum(e),
+    # lse = m + log s and entropy = lse - sum(e * l) / s. Autodiff of the textbook form runs
+    # separate exp passes for logsumexp, the softmax of the entropy and the backward.
+    logits = jnp.einsum("bth,hv->btv", h, head, preferred_element_type=jnp.float32)
+    m = jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
+    e = jnp.exp(logits - m)
+    s = jnp.sum(e, axis=-1)
+    lse = m[..., 0] + jnp.log(s)
+    picked = jnp.take_along_axis(logits, tgt[..., None], axis=-1)[..., 0]
+    ent = lse - jnp.sum(e * logits, axis=-1) / s if with_entropy else None
+    return (picked - lse, ent), (h, head, tgt, logits, lse)
+
+
+def _head_logprobs_bwd(with_entropy, res, g):
+    del with_entropy  # the entropy is a metric: no gradient flows through it
+    h, head, tgt, logits, lse = res
+    g_lp = g[0]
+    # d lp / d logits = onehot(target) - softmax(logits)
+    onehot = jnp.arange(logits.shape[-1])[None, None, :] == tgt[..., None]
+    d_logits = g_lp[..., None] * (onehot.astype(jnp.float32) - jnp.exp(logits - lse[..., None]))
+    d_logits = d_logits.astype(head.dtype)
+    d_h = jnp.einsum("btv,hv->bth", d_logits, head, preferred_element_type=jnp.float32)
+    d_head = jnp.einsum("bth,btv->hv", h, d_logits, preferred_element_type=jnp.float32)
+    d_tgt = np.zeros(tgt.shape, jax.dtypes.float0)
+    return d_h.astype(h.dtype), d_head.astype(head.dtype), d_tgt
+
+
+_head_logprobs.defvjp(_head_logprobs_fwd, _head_logprobs_bwd)
+
+
 def token_logprobs(
     hidden: jax.Array,
     head: jax.Array,
@@ -100,27 +142,22 @@ def token_logprobs(
       targets: ``[B, T]`` int token ids whose log-prob is wanted.
       chunk_size: > 0 splits T into chunks of this size, each rematerialised in the backward
         pass, bounding the live logits to ``[B, chunk_size, V]``; 0 = one piece.
-      with_entropy: also return the entropy (under ``stop_gradient``: a metric).
+      with_entropy: also return the entropy (a metric: no gradient flows through it).
 
     Returns:
       ``(logp [B, T] float32, entropy [B, T] float32 or None)``. The matmul runs in the
-      compute dtype with fp32 accumulation; log-softmax in fp32. Differentiable w.r.t.
-      ``hidden`` and ``head``.
+      compute dtype with fp32 accumulation; log-softmax in fp32. ``logp`` is differentiable
+      w.r.t. ``hidden`` and ``head`` through a hand-written VJP: the forward shares one
+      ``exp`` pass over the ``[B, T, V]`` logits between the normaliser and the entropy, and
+      the backward is the single pass ``g * (onehot(target) - softmax)`` from the saved
+      logits and log-normaliser.
     """
     chex.assert_rank(hidden, 3)
     chex.assert_shape(targets, hidden.shape[:2])
+    targets = targets.astype(jnp.int32)
 
     def piece(h, tgt):
-        logits = jnp.einsum("bth,hv->btv", h, head, preferred_element_type=jnp.float32)
-        lse = jax.nn.logsumexp(logits, axis=-1)
-        picked = jnp.take_along_axis(logits, tgt[..., None], axis=-1)[..., 0]
-        lp = picked - lse
-        if not with_entropy:
-            return lp, None
-        sl = jax.lax.stop_gradient(logits)
-        p = jax.nn.softmax(sl, axis=-1)
-        ent = jax.lax.stop_gradient(lse) - jnp.sum(p * sl, axis=-1)
-        return lp, ent
+        return _head_logprobs(h, head, tgt, with_entropy)
 
     b, t, h = hidden.shape
     if chunk_size <= 0 or chunk_size >= t:

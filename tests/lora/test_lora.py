@@ -21,6 +21,7 @@ from coevo_jax.lora import (
     stack,
     unstack,
 )
+from coevo_jax.lora.weights import dropout_keep_mask
 
 L, H, FF, KV = 2, 16, 24, 8
 
@@ -133,6 +134,26 @@ def test_dropout_only_with_rng():
     y1 = lora_delta(x, a, b, ids, 2.0, dropout=0.5, rng=jax.random.PRNGKey(0))
     np.testing.assert_array_equal(y0, lora_delta(x, a, b, ids, 2.0))
     assert not np.allclose(y0, y1)
+
+
+@pytest.mark.parametrize("shape", [(4, 64, 576), (3, 5, 7)])
+def test_dropout_mask_rate_and_unbiased_scale(shape):
+    keep, keep_prob = dropout_keep_mask(jax.random.key(3), shape, 0.05)
+    assert keep.shape == shape and keep.dtype == jnp.bool_
+    assert abs(keep_prob - 0.95) < 2**-17
+    if keep.size > 10_000:  # binomial sd of the kept fraction is ~1e-3 here
+        assert abs(float(keep.mean()) - keep_prob) < 5e-3
+        # no stripe pattern from splitting words into halves: both halves of the last axis agree
+        half = shape[-1] // 2
+        np.testing.assert_allclose(
+            float(keep[..., :half].mean()), float(keep[..., half:].mean()), atol=1e-2
+        )
+    # lora_delta rescales by the exact keep probability
+    x = jnp.ones((1, 2, 4))
+    a, b = jnp.ones((1, 4, 1)), jnp.ones((1, 1, 1))
+    y = lora_delta(x, a, b, jnp.array([0]), 1.0, dropout=0.5, rng=jax.random.key(0))
+    kept, kp = dropout_keep_mask(jax.random.key(0), x.shape, 0.5)
+    np.testing.assert_allclose(np.asarray(y[..., 0]), np.asarray(kept.sum(-1) / kp), rtol=1e-6)
 
 
 def test_merge_equals_delta():

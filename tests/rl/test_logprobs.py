@@ -66,6 +66,41 @@ def test_chunked_gradient_matches_unchunked():
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("with_entropy", [True, False])
+def test_hand_written_vjp_matches_autodiff(with_entropy):
+    rng = np.random.default_rng(1)
+    h = jnp.asarray(rng.normal(size=(3, 5, 8)), jnp.float32)
+    w = jnp.asarray(rng.normal(size=(8, 13)) * 3, jnp.float32)
+    tgt = jnp.asarray(rng.integers(0, 13, (3, 5)))
+    weights = jnp.asarray(rng.normal(size=(3, 5)), jnp.float32)
+
+    def textbook(h, w):
+        ls = jax.nn.log_softmax(h @ w, -1)
+        return (jnp.take_along_axis(ls, tgt[..., None], -1)[..., 0] * weights).sum()
+
+    def ours(h, w):
+        lp, ent = token_logprobs(h, w, tgt, with_entropy=with_entropy)
+        assert (ent is None) == (not with_entropy)
+        return (lp * weights).sum()
+
+    np.testing.assert_allclose(float(ours(h, w)), float(textbook(h, w)), rtol=1e-6)
+    for a, b in zip(
+        jax.jit(jax.grad(ours, argnums=(0, 1)))(h, w),
+        jax.jit(jax.grad(textbook, argnums=(0, 1)))(h, w),
+        strict=True,
+    ):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_entropy_is_a_metric_without_gradient():
+    rng = np.random.default_rng(2)
+    h = jnp.asarray(rng.normal(size=(2, 4, 8)), jnp.float32)
+    w = jnp.asarray(rng.normal(size=(8, 9)), jnp.float32)
+    tgt = jnp.zeros((2, 4), jnp.int32)
+    g = jax.grad(lambda h: token_logprobs(h, w, tgt)[1].sum())(h)
+    np.testing.assert_array_equal(np.asarray(g), 0.0)
+
+
 def test_batch_check_names_the_field():
     b = random_batch(0, [0, 1])
     bad = b.replace(advantages=jnp.zeros(3))
