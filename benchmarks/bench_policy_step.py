@@ -18,6 +18,11 @@ per agent.
   ``GRPOTrainer._compute_loss`` (which recomputes the policy log-probs with gradients),
   ``backward``, ``clip_grad_norm_`` and that agent's own ``torch.optim.AdamW`` + cosine schedule.
 
+Precision, like for like: ``fp32`` against PyTorch in fp32, and ``mixed`` (fp32 activations,
+bf16 x bf16 -> fp32 matmuls, ``RLConfig(compute_dtype="float32", matmul_dtype="bfloat16")``)
+or ``bf16`` against the same PyTorch step under ``torch.autocast(bfloat16)`` (bf16 matmuls on
+fp32 master weights). Each JAX variant's ratio is against its like.
+
 Throughput = completion tokens per step / wall time of the step (forward + backward + update,
 reference pass included). FLOPs are counted analytically (matmuls and attention; the
 backward of a frozen matmul is one input-gradient matmul; rematerialisation is not counted)
@@ -140,6 +145,7 @@ def jax_runner(
     n_agents: int,
     rank: int,
     micro_batches: int = 1,
+    matmul_dtype: str | None = None,
 ):
     import jax
     import jax.numpy as jnp
@@ -147,6 +153,7 @@ def jax_runner(
     from coevo_jax.lora.config import LoRAConfig
     from coevo_jax.lora.init import init_lora
     from coevo_jax.models import default_model_path, load
+    from coevo_jax.models.decoder import cast_matrices
     from coevo_jax.rl.config import RLConfig
     from coevo_jax.rl.logprobs import PolicyBatch
     from coevo_jax.rl.train_step import init_policy_state, make_policy_step
@@ -154,9 +161,11 @@ def jax_runner(
     model, _ = load(default_model_path(), dtype=jnp.float32, progress=False)
     cfg = model.config
     params = model.params
-    if compute_dtype == "bfloat16":
-        # The backbone is frozen: store it in the compute dtype once instead of casting per step.
-        params = jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)
+    md = matmul_dtype or compute_dtype
+    if md != "float32":
+        # The backbone is frozen: store its matrices in the matmul dtype once instead of
+        # having the step cast them on every call.
+        params = cast_matrices(params, jnp.dtype(md))
     lora = init_lora(
         jax.random.key(0),
         LoRAConfig(n_agents=n_agents, rank=rank, alpha=2.0 * rank, dropout=0.05),
@@ -164,6 +173,7 @@ def jax_runner(
     )
     rl = RLConfig(
         compute_dtype=compute_dtype,
+        matmul_dtype=matmul_dtype,
         remat=remat,
         level="sequence",
         loss_type="grpo",
@@ -197,7 +207,17 @@ def jax_runner(
 # ----------------------------------------------------------------------------- PyTorch
 
 
-def torch_runner(data, *, n_agents: int, rank: int):
+# variant -> (compute_dtype, matmul_dtype) of RLConfig
+PRECISIONS = {
+    "fp32": ("float32", None),
+    "mixed": ("float32", "bfloat16"),
+    "bf16": ("bfloat16", None),
+}
+# autocast? -> contender name
+TORCH_NAMES = {False: "torch-trl-peft", True: "torch-trl-peft-bf16"}
+
+
+def torch_runner(data, *, n_agents: int, rank: int, autocast: bool = False):
     import torch
     import transformers
 
@@ -208,7 +228,9 @@ def torch_runner(data, *, n_agents: int, rank: int):
     model = transformers.AutoModelForCausalLM.from_pretrained(
         os.path.dirname(path), gguf_file=os.path.basename(path), dtype=torch.float32
     )
-    run = peft_policy_step(model, data, n_agents=n_agents, rank=rank)
+    run = peft_policy_step(
+        model, data, n_agents=n_agents, rank=rank, autocast=torch.bfloat16 if autocast else None
+    )
     t0 = time.perf_counter()
     run()
     first_s = time.perf_counter() - t0
@@ -231,8 +253,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument(
         "--variants",
-        default="fp32,bf16",
-        help="JAX variants: comma list of fp32 | bf16 | fp32-remat | bf16-remat | fp32-chunk",
+        default="fp32,mixed",
+        help=(
+            "JAX variants: comma list of fp32 | mixed (fp32 activations, bf16 matmul operands)"
+            " | bf16 (bf16 activations and matmuls), each optionally with -remat or -chunk"
+        ),
     )
     ap.add_argument(
         "--micro-batches",
@@ -260,10 +285,11 @@ def main(argv: list[str] | None = None) -> int:
     setup: dict[str, float] = {}
     cfg = None
     for v in args.variants.split(","):
-        dt = {"fp32": "float32", "bf16": "bfloat16"}[v.split("-")[0]]
+        dt, mdt = PRECISIONS[v.split("-")[0]]
         run, cfg, compile_s = jax_runner(
             data,
             compute_dtype=dt,
+            matmul_dtype=mdt,
             remat="remat" in v,
             chunk_size=64 if "chunk" in v else 0,
             n_agents=args.agents,
@@ -273,9 +299,11 @@ def main(argv: list[str] | None = None) -> int:
         contenders[f"jax-{v}"] = run
         setup[f"jax-{v}"] = compile_s
     if not args.no_torch:
-        run, first_s = torch_runner(data, n_agents=args.agents, rank=args.rank)
-        contenders["torch-trl-peft"] = run
-        setup["torch-trl-peft"] = first_s
+        for amp in sorted({v.split("-")[0] != "fp32" for v in args.variants.split(",")}):
+            name = TORCH_NAMES[amp]
+            run, first_s = torch_runner(data, n_agents=args.agents, rank=args.rank, autocast=amp)
+            contenders[name] = run
+            setup[name] = first_s
 
     # Every runner has already made one untimed call (compile / allocator warm-up) above.
     times = common.interleaved(contenders, args.repeats, warmup=0)
@@ -301,12 +329,15 @@ def main(argv: list[str] | None = None) -> int:
                 "first call s": setup[name],
             }
         )
+    # Like for like: fp32 against fp32, bf16 matmuls against PyTorch's bf16 autocast.
     ratios = {}
-    if "torch-trl-peft" in figures:
-        base = figures["torch-trl-peft"]["median_s"]
-        for name in figures:
-            if name.startswith("jax"):
-                ratios[f"{name} / torch"] = base / figures[name]["median_s"]
+    for name in figures:
+        if name.startswith("jax"):
+            torch_name = TORCH_NAMES[name[4:].split("-")[0] != "fp32"]
+            if torch_name in figures:
+                ratios[f"{name} / {torch_name}"] = (
+                    figures[torch_name]["median_s"] / figures[name]["median_s"]
+                )
     config = {
         **vars(args),
         "completion_tokens_per_step": n_completion,

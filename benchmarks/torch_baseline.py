@@ -54,9 +54,21 @@ def trl_loss_stub(model: Any, max_completion_length: int, *, beta: float = 1e-4,
 
 
 def peft_policy_step(
-    model: Any, data: dict[str, np.ndarray], *, n_agents: int, rank: int, device: str = "cpu"
+    model: Any,
+    data: dict[str, np.ndarray],
+    *,
+    n_agents: int,
+    rank: int,
+    device: str = "cpu",
+    autocast: Any = None,
 ):
-    """Wraps ``model`` with ``n_agents`` LoRA adapters; returns ``run()`` doing one full step."""
+    """Wraps ``model`` with ``n_agents`` LoRA adapters; returns ``run()`` doing one full step.
+
+    ``autocast`` (e.g. ``torch.bfloat16``) runs both forwards under ``torch.autocast`` (bf16
+    matmuls on fp32 master weights, the usual PyTorch mixed precision); None = fp32.
+    """
+    import contextlib
+
     import torch
     import transformers
     from peft import LoraConfig, get_peft_model
@@ -93,6 +105,11 @@ def peft_policy_step(
     t = trl_loss_stub(pm, t_len)
     tt = {k: torch.from_numpy(np.asarray(v)).to(device) for k, v in data.items()}
 
+    def amp():
+        if autocast is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device, dtype=autocast)
+
     def run():
         for i in range(n_agents):
             rows = (tt["agent_ids"] == i).nonzero().squeeze(-1)
@@ -102,7 +119,7 @@ def peft_policy_step(
             pm.set_adapter(f"agent{i}")
             ids = torch.cat([pick["prompt_ids"], pick["completion_ids"]], 1)
             mask = torch.cat([pick["prompt_mask"], pick["completion_mask"]], 1)
-            with torch.no_grad(), pm.disable_adapter():
+            with torch.no_grad(), pm.disable_adapter(), amp():
                 ref, _, _ = GRPOTrainer._get_per_token_logps_and_entropies(t, pm, ids, mask, t_len)
             inputs = {
                 "prompt_ids": pick["prompt_ids"],
@@ -114,7 +131,8 @@ def peft_policy_step(
                 "ref_per_token_logps": ref,
                 "num_items_in_batch": pick["completion_mask"].sum().float(),
             }
-            loss = GRPOTrainer._compute_loss(t, pm, inputs)
+            with amp():
+                loss = GRPOTrainer._compute_loss(t, pm, inputs)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(agent_params[i], 1.0)
             opts[i].step()

@@ -33,6 +33,9 @@ Params = dict[str, Any]
 # with no visible key (a left-pad query) yields a finite uniform softmax instead of NaN.
 _MASK_VALUE = float(jnp.finfo(jnp.float32).min)
 
+# Vector params: scales of fp32 statistics, never matmul operands.
+_NORMS = ("attn_norm", "mlp_norm", "q_norm", "k_norm", "final_norm")
+
 
 @struct.dataclass
 class KVCache:
@@ -80,6 +83,87 @@ def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
     return weight.astype(x.dtype) * y.astype(x.dtype)
 
 
+def _pick(w: jax.Array, index: jax.Array | None) -> jax.Array:
+    return w if index is None else jax.lax.dynamic_index_in_dim(w, index, keepdims=False)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _mixed_dot(h: jax.Array, w: jax.Array, index: jax.Array | None, dtype: Any) -> jax.Array:
+    """``h [..., in] @ w[index] [in, out]``, operands rounded to ``dtype``, fp32 accumulate/out."""
+    return jnp.einsum(
+        "...i,io->...o",
+        h.astype(dtype),
+        _pick(w, index).astype(dtype),
+        preferred_element_type=jnp.float32,
+    )
+
+
+def _mixed_dot_fwd(h, w, index, dtype):
+    # symbolic_zeros: a frozen weight arrives unperturbed. Its gradient is then not formed at
+    # all and h is not kept for it (a 0-d placeholder carries h's dtype). Without this, JAX
+    # instantiates a zero tangent for w, and inside the layer scan the cotangent of the
+    # whole weight stack becomes a loop carry that XLA keeps updating.
+    # The residual is the weight *stack* plus the index, not the slice: the stack is
+    # loop-invariant, so the layer scan passes it through, whereas a slice would be copied
+    # into a per-layer residual stack (a bf16 dynamic-update-slice, which XLA:CPU widens to
+    # fp32 over the whole stacked buffer on every layer). h keeps its own dtype likewise.
+    hv, wv, iv = h.value, w.value, index.value if index is not None else None
+    y = _mixed_dot(hv, wv, iv, dtype)
+    keep = hv if w.perturbed else jnp.zeros((), hv.dtype)
+    return y, (keep, wv, iv)
+
+
+def _mixed_dot_bwd(dtype, res, g):
+    # Both input gradients are again 16-bit x 16-bit -> fp32 products. JAX's own transpose
+    # would pair the fp32 cotangent with the 16-bit weight: a mixed dot that XLA:CPU runs
+    # through its fp32 GEMM. Rounding g to the operand dtype is what bf16 autocast does.
+    h, w, index = res
+    if isinstance(g, jax.custom_derivatives.SymbolicZero):
+        return None, None, None
+    g = g.astype(dtype)
+    w_i = _pick(w, index).astype(dtype)
+    dh = jnp.einsum("...o,io->...i", g, w_i, preferred_element_type=jnp.float32)
+    if h.ndim == 0:
+        return dh.astype(h.dtype), None, None
+    dw = jnp.einsum("...i,...o->io", h.astype(dtype), g, preferred_element_type=jnp.float32)
+    if index is not None:
+        dw = jax.lax.dynamic_update_index_in_dim(jnp.zeros(w.shape, jnp.float32), dw, index, 0)
+    return dh.astype(h.dtype), dw.astype(w.dtype), None
+
+
+_mixed_dot.defvjp(_mixed_dot_fwd, _mixed_dot_bwd, symbolic_zeros=True)
+
+
+def linear(
+    h: jax.Array, w: jax.Array, matmul_dtype: Any = None, *, index: jax.Array | None = None
+) -> jax.Array:
+    """``h @ w`` (or ``h @ w[index]`` for a stacked ``w``), returned in ``h``'s dtype.
+
+    With fp32 operands (``h`` fp32 and ``matmul_dtype`` None or fp32) this is the plain
+    product. Otherwise both operands are rounded to ``matmul_dtype`` (default ``h.dtype``)
+    and multiplied with fp32 accumulation and fp32 output, rounded once to ``h.dtype``, in
+    the forward and in both input gradients. XLA:CPU runs bf16 x bf16 -> fp32 dots on its
+    AVX512-BF16 kernels at about twice its fp32 GEMM rate, while a dot with a bf16 *output*
+    or mixed fp32/bf16 operands goes through slower paths (`benchmarks/NOTES.md`).
+
+    Args:
+      h: ``[..., in]`` activations (float32 or a 16-bit float).
+      w: ``[in, out]`` weight, or ``[L, in, out]`` with ``index``; any float dtype. Pass it
+        already in ``matmul_dtype`` when it is reused: the cast here runs on every call.
+      matmul_dtype: operand dtype of the product; None = ``h.dtype``.
+      index: int32 scalar picking one matrix of a stacked ``w``. Inside a layer scan, pass
+        the stack and the layer index rather than a slice: the backward then keeps the
+        (loop-invariant) stack instead of a per-layer copy of every slice.
+
+    Returns:
+      ``[..., out]`` in ``h.dtype``. Differentiable w.r.t. ``h`` and ``w``.
+    """
+    md = jnp.dtype(h.dtype if matmul_dtype is None else matmul_dtype)
+    if md == jnp.float32 and h.dtype == jnp.float32:
+        return h @ _pick(w, index).astype(jnp.float32)
+    return _mixed_dot(h, w, index, md).astype(h.dtype)
+
+
 def _attend(
     q: jax.Array, k: jax.Array, v: jax.Array, allowed: jax.Array, cfg: ModelConfig
 ) -> jax.Array:
@@ -98,8 +182,10 @@ def _attend(
 def _block(
     cfg: ModelConfig,
     compute_dtype: Any,
+    matmul_dtype: Any,
     x: jax.Array,
     lp: Params,
+    stacks: Params,
     lora_l: dict[str, dict[str, jax.Array]] | None,
     lora_meta: tuple[jax.Array, float, float, jax.Array | None] | None,
     layer: jax.Array,
@@ -108,12 +194,16 @@ def _block(
     allowed: jax.Array,
     kv: tuple[jax.Array, jax.Array, jax.Array] | None,
 ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
-    """One pre-norm decoder block. ``lp`` is this layer's slice of ``params["layers"]``."""
+    """One pre-norm decoder block.
+
+    ``lp`` holds this layer's slices of ``params["layers"]`` for the norms; the projections
+    read their matrix from the whole stack ``stacks`` at ``layer`` (see :func:`linear`).
+    """
     cd = compute_dtype
     b, t, _ = x.shape
 
     def proj(h: jax.Array, name: str) -> jax.Array:
-        y = h @ lp[name].astype(cd)
+        y = linear(h, stacks[name], matmul_dtype, index=layer)
         if lora_l is not None and name in lora_l:
             agent_ids, scale, dropout, rng = lora_meta
             key = None if rng is None else jax.random.fold_in(rng, TARGET_MODULES.index(name))
@@ -200,6 +290,7 @@ def forward(
     cache_index: jax.Array | int | None = None,
     remat: bool = False,
     compute_dtype: Any = jnp.float32,
+    matmul_dtype: Any = None,
 ) -> DecoderOutput:
     """Runs the decoder on a (left-padded) batch.
 
@@ -221,6 +312,9 @@ def forward(
       cache_index: scalar slot of the first new token (same for every row).
       remat: wrap each block in ``jax.checkpoint`` (recompute activations in the backward).
       compute_dtype: activations' dtype (bf16 or fp32); softmax and logits are fp32.
+      matmul_dtype: operand dtype of the projection and LM-head matmuls (fp32 accumulation,
+        see :func:`linear`); None = ``compute_dtype``. ``compute_dtype=float32,
+        matmul_dtype=bfloat16`` is the fast CPU setting: bf16 GEMMs, fp32 elementwise work.
 
     Returns:
       ``DecoderOutput``. Differentiable w.r.t. ``params`` and the LoRA weights.
@@ -228,6 +322,7 @@ def forward(
     chex.assert_rank(input_ids, 2)
     b, t = input_ids.shape
     n_layers = cfg.num_layers
+    md = jnp.dtype(compute_dtype if matmul_dtype is None else matmul_dtype)
     wanted = _normalise_indices(hidden_layers, n_layers)
     if stop_after_hidden and not wanted:
         raise ValueError("stop_after_hidden=True needs at least one index in hidden_layers")
@@ -277,14 +372,20 @@ def forward(
         lora_l, layer = xs
         # Read this layer's weights in place: slicing the stack outside the scan (for a partial
         # pass) would make XLA copy every weight of the segment on each call.
-        lp = jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, layer, keepdims=False), layers)
+        lp = {
+            k: jax.lax.dynamic_index_in_dim(a, layer, keepdims=False)
+            for k, a in layers.items()
+            if k in _NORMS
+        }
         meta = None
         if lora_meta is not None:
             ids, scale, drop, rng = lora_meta
             rng = None if rng is None else jax.random.fold_in(rng, layer)
             meta = (ids, scale, drop, rng)
         kv_in = None if kv is None else (*kv, q0)
-        x, kv = _block(cfg, compute_dtype, x, lp, lora_l, meta, layer, cos, sin, allowed, kv_in)
+        x, kv = _block(
+            cfg, compute_dtype, md, x, lp, layers, lora_l, meta, layer, cos, sin, allowed, kv_in
+        )
         return (_batch_constraint(x), kv), None
 
     if remat:
@@ -318,22 +419,29 @@ def forward(
         if cfg.tie_word_embeddings:
             logits = jnp.einsum(
                 "bth,vh->btv",
-                final,
-                params["embed"].astype(compute_dtype),
+                final.astype(md),
+                params["embed"].astype(md),
                 preferred_element_type=jnp.float32,
             )
         else:
             logits = jnp.einsum(
                 "bth,hv->btv",
-                final,
-                params["lm_head"].astype(compute_dtype),
+                final.astype(md),
+                params["lm_head"].astype(md),
                 preferred_element_type=jnp.float32,
             )
     new_cache = None if kv is None else KVCache(k=kv[0], v=kv[1])
     return DecoderOutput(logits=logits, hidden_states=hidden, cache=new_cache)
 
 
-FORWARD_STATIC_ARGNAMES = ("cfg", "hidden_layers", "stop_after_hidden", "remat", "compute_dtype")
+FORWARD_STATIC_ARGNAMES = (
+    "cfg",
+    "hidden_layers",
+    "stop_after_hidden",
+    "remat",
+    "compute_dtype",
+    "matmul_dtype",
+)
 
 jit_forward = jax.jit(forward, static_argnames=FORWARD_STATIC_ARGNAMES)
 """``forward`` under ``jax.jit`` with the config and switches static (``hidden_layers`` must be
@@ -367,6 +475,20 @@ def param_shapes(cfg: ModelConfig) -> Params:
     if not cfg.tie_word_embeddings:
         shapes["lm_head"] = (h, vocab)
     return shapes
+
+
+def cast_matrices(params: Params, dtype: Any) -> Params:
+    """``params`` with the weight matrices (projections, embedding, LM head) cast to ``dtype``.
+
+    Norm weights keep their dtype: they scale fp32 statistics and are not matmul operands.
+    Used to store a frozen backbone in the matmul dtype once instead of casting it per call.
+    """
+
+    def cast(path, x):
+        name = getattr(path[-1], "key", None)
+        return x if name in _NORMS else x.astype(dtype)
+
+    return jax.tree_util.tree_map_with_path(cast, params)
 
 
 def init_params(

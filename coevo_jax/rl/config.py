@@ -38,7 +38,13 @@ class RLConfig:
         gigabytes of new pages costs seconds (``benchmarks/NOTES.md``, policy step).
       max_completion_length: ``dr_grpo``'s constant denominator; None = the padded length T.
       remat: rematerialise decoder blocks in the backward pass.
-      compute_dtype: ``"bfloat16"`` or ``"float32"`` matmul dtype (log-softmax is fp32).
+      compute_dtype: ``"bfloat16"`` or ``"float32"`` activation dtype (log-softmax is fp32).
+      matmul_dtype: ``"bfloat16"``, ``"float32"`` or None (= ``compute_dtype``): operand
+        dtype of the projection and LM-head matmuls, accumulated in fp32. The step casts
+        the frozen backbone to it once per call. ``compute_dtype: float32`` with
+        ``matmul_dtype: bfloat16`` is the fast CPU setting: XLA:CPU's bf16 GEMMs run at
+        about twice its fp32 ones, while its bf16 elementwise and stacking ops are slower
+        than fp32 (``benchmarks/NOTES.md``).
     """
 
     level: str = "sequence"
@@ -63,6 +69,7 @@ class RLConfig:
     max_completion_length: int | None = None
     remat: bool = True
     compute_dtype: str = "bfloat16"
+    matmul_dtype: str | None = None
 
     def __post_init__(self):
         if self.level not in LEVELS:
@@ -100,4 +107,8 @@ class RLConfig:
         if self.compute_dtype not in ("bfloat16", "float32"):
             raise ValueError(
                 f"compute_dtype must be bfloat16 or float32, got {self.compute_dtype!r}"
+            )
+        if self.matmul_dtype not in (None, "bfloat16", "float32"):
+            raise ValueError(
+                f"matmul_dtype must be bfloat16, float32 or null, got {self.matmul_dtype!r}"
             )

@@ -99,7 +99,11 @@ def _head_logprobs_fwd(h, head, tgt, with_entropy):
     # One exp pass serves the normaliser and the entropy: with e = exp(l - m) and s = sum(e),
     # lse = m + log s and entropy = lse - sum(e * l) / s. Autodiff of the textbook form runs
     # separate exp passes for logsumexp, the softmax of the entropy and the backward.
-    logits = jnp.einsum("bth,hv->btv", h, head, preferred_element_type=jnp.float32)
+    # h is rounded to the head's dtype here rather than by the caller, so fp32 hidden states
+    # with a bf16 head still make a bf16 x bf16 -> fp32 product (see decoder.linear).
+    logits = jnp.einsum(
+        "bth,hv->btv", h.astype(head.dtype), head, preferred_element_type=jnp.float32
+    )
     m = jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
     e = jnp.exp(logits - m)
     s = jnp.sum(e, axis=-1)
@@ -118,7 +122,9 @@ def _head_logprobs_bwd(with_entropy, res, g):
     d_logits = g_lp[..., None] * (onehot.astype(jnp.float32) - jnp.exp(logits - lse[..., None]))
     d_logits = d_logits.astype(head.dtype)
     d_h = jnp.einsum("btv,hv->bth", d_logits, head, preferred_element_type=jnp.float32)
-    d_head = jnp.einsum("bth,btv->hv", h, d_logits, preferred_element_type=jnp.float32)
+    d_head = jnp.einsum(
+        "bth,btv->hv", h.astype(head.dtype), d_logits, preferred_element_type=jnp.float32
+    )
     d_tgt = np.zeros(tgt.shape, jax.dtypes.float0)
     return d_h.astype(h.dtype), d_head.astype(head.dtype), d_tgt
 
@@ -137,8 +143,9 @@ def token_logprobs(
     """``log softmax(hidden @ head)[target]`` and the softmax entropy, per position.
 
     Args:
-      hidden: ``[B, T, H]`` final-normed hidden states (compute dtype).
-      head: ``[H, V]`` output projection (compute dtype).
+      hidden: ``[B, T, H]`` final-normed hidden states (any float dtype; rounded to
+        ``head``'s dtype for the matmul).
+      head: ``[H, V]`` output projection (the matmul operand dtype).
       targets: ``[B, T]`` int token ids whose log-prob is wanted.
       chunk_size: > 0 splits T into chunks of this size, each rematerialised in the backward
         pass, bounding the live logits to ``[B, chunk_size, V]``; 0 = one piece.
@@ -146,7 +153,7 @@ def token_logprobs(
 
     Returns:
       ``(logp [B, T] float32, entropy [B, T] float32 or None)``. The matmul runs in the
-      compute dtype with fp32 accumulation; log-softmax in fp32. ``logp`` is differentiable
+      head's dtype with fp32 accumulation; log-softmax in fp32. ``logp`` is differentiable
       w.r.t. ``hidden`` and ``head`` through a hand-written VJP: the forward shares one
       ``exp`` pass over the ``[B, T, V]`` logits between the normaliser and the entropy, and
       the backward is the single pass ``g * (onehot(target) - softmax)`` from the saved
@@ -183,6 +190,7 @@ def sequence_logprobs(
     agent_ids: jax.Array | None = None,
     lora_rng: jax.Array | None = None,
     compute_dtype: Any = jnp.bfloat16,
+    matmul_dtype: Any = None,
     remat: bool = False,
     chunk_size: int = 0,
     with_entropy: bool = True,
@@ -201,7 +209,10 @@ def sequence_logprobs(
       batch: the :class:`PolicyBatch`; only ids, masks and ``agent_ids`` are read.
       agent_ids: ``[B]`` override of ``batch.agent_ids`` (e.g. all -1 for the reference).
       lora_rng: enables LoRA dropout (training).
-      compute_dtype: matmul/activation dtype; log-softmax is always fp32.
+      compute_dtype: activation dtype; log-softmax is always fp32.
+      matmul_dtype: operand dtype of the projection and LM-head matmuls (fp32
+        accumulation); None = ``compute_dtype``. Pass ``params`` already in this dtype: a
+        frozen backbone is then not re-cast on every call.
       remat: rematerialise decoder blocks in the backward pass.
       chunk_size: vocabulary projection chunking over T (see :func:`token_logprobs`).
       with_entropy: also return per-token entropies (no gradient).
@@ -228,9 +239,10 @@ def sequence_logprobs(
         stop_after_hidden=True,
         remat=remat,
         compute_dtype=compute_dtype,
+        matmul_dtype=matmul_dtype,
     )
     hidden = out.hidden_states[cfg.num_layers][:, p_len - 1 : p_len - 1 + t_len]
-    head = _lm_head(params, cfg, compute_dtype)
+    head = _lm_head(params, cfg, compute_dtype if matmul_dtype is None else matmul_dtype)
     return token_logprobs(
         hidden,
         head,

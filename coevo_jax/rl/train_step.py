@@ -21,8 +21,10 @@ a batch whose sequences may belong to any of them, and:
    bit-for-bit (``jnp.where`` on the agent axis), so there is no Adam drift.
 
 Precision: the trainable adapters and their optimizer state are fp32 master copies; the
-forward/backward runs in ``compute_dtype`` (bf16 by default), log-softmax and loss in fp32.
-The backbone may be stored in the compute dtype to halve its traffic.
+forward/backward runs in ``compute_dtype`` (bf16 by default) with the projection and LM-head
+matmuls in ``matmul_dtype`` (default: the compute dtype; fp32 accumulation either way),
+log-softmax and loss in fp32. The step casts the backbone's matrices to the matmul dtype
+once per call; store them in it beforehand (``models.decoder.cast_matrices``) to skip that.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from flax import struct
 
 from coevo_jax.lora.weights import LoRAWeights
 from coevo_jax.models import ModelConfig
+from coevo_jax.models.decoder import cast_matrices
 from coevo_jax.rl.config import RLConfig
 from coevo_jax.rl.logprobs import PolicyBatch, sequence_logprobs
 from coevo_jax.rl.losses import policy_loss_terms
@@ -155,6 +158,10 @@ def policy_gradients(
         raise ValueError(f"batch size {b_total} does not divide into {k} micro-batches")
     n_agents = lora.n_agents
     cd = jnp.dtype(rl_cfg.compute_dtype)
+    md = jnp.dtype(rl_cfg.matmul_dtype or rl_cfg.compute_dtype)
+    # The backbone is frozen: cast its matrices to the matmul dtype once per step, not once
+    # per layer, micro-batch and pass inside the loops (XLA does not hoist those casts).
+    params = cast_matrices(params, md)
     loss_kw = dict(
         eps_low=rl_cfg.eps_low,
         eps_high=rl_cfg.eps_high,
@@ -194,6 +201,7 @@ def policy_gradients(
                 None,
                 mb,
                 compute_dtype=cd,
+                matmul_dtype=md,
                 chunk_size=chunk_size,
                 with_entropy=False,
             )
@@ -207,6 +215,7 @@ def policy_gradients(
                 mb,
                 lora_rng=jax.random.fold_in(rng, i) if dropout_on else None,
                 compute_dtype=cd,
+                matmul_dtype=md,
                 remat=rl_cfg.remat,
                 chunk_size=chunk_size,
             )

@@ -27,3 +27,11 @@ def test_from_dict_and_errors():
         from_dict(RLConfig, {"bogus": 1})
     with pytest.raises(ConfigError, match="decay_steps"):
         from_dict(RLConfig, {"warmup_steps": 10, "decay_steps": 5})
+
+
+def test_matmul_dtype():
+    assert RLConfig().matmul_dtype is None
+    c = from_dict(RLConfig, {"compute_dtype": "float32", "matmul_dtype": "bfloat16"})
+    assert (c.compute_dtype, c.matmul_dtype) == ("float32", "bfloat16")
+    with pytest.raises(ConfigError, match="matmul_dtype"):
+        from_dict(RLConfig, {"matmul_dtype": "float8"})

@@ -125,11 +125,16 @@ def test_gradients_match_per_agent_losses():
         assert float(jnp.abs(b[:, 1:]).max()) == 0.0
 
 
-def test_bf16_compute_is_close_to_fp32():
+@pytest.mark.parametrize(
+    "dtypes",
+    [{"compute_dtype": "bfloat16"}, {"compute_dtype": "float32", "matmul_dtype": "bfloat16"}],
+    ids=["bf16", "mixed"],
+)
+def test_bf16_compute_is_close_to_fp32(dtypes):
     params, lora = tiny_model()
     batch = random_batch(2, [0, 1, 2, 3, 0, 1, 2, 3])
     g32, m32 = _grads(RL, lora, params, batch)
-    bf = RLConfig(**{**RL.__dict__, "compute_dtype": "bfloat16"})
+    bf = RLConfig(**{**RL.__dict__, **dtypes})
     g16, m16 = _grads(bf, lora, params, batch)
     assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(g16))
     np.testing.assert_allclose(
