@@ -25,13 +25,11 @@ from flax import nnx, struct
 
 from coevo_jax.lora.weights import TARGET_MODULES, LoRAWeights, lora_delta
 from coevo_jax.models.config import ModelConfig
+from coevo_jax.models.ops import attend, linear
 from coevo_jax.models.rope import apply_rope, rope_cos_sin
 
 Params = dict[str, Any]
 
-# Masked attention scores get the most negative finite fp32 value rather than -inf, so a row
-# with no visible key (a left-pad query) yields a finite uniform softmax instead of NaN.
-_MASK_VALUE = float(jnp.finfo(jnp.float32).min)
 
 # Vector params: scales of fp32 statistics, never matmul operands.
 _NORMS = ("attn_norm", "mlp_norm", "q_norm", "k_norm", "final_norm")
@@ -81,102 +79,6 @@ def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
     xf = x.astype(jnp.float32)
     y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
     return weight.astype(x.dtype) * y.astype(x.dtype)
-
-
-def _pick(w: jax.Array, index: jax.Array | None) -> jax.Array:
-    return w if index is None else jax.lax.dynamic_index_in_dim(w, index, keepdims=False)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _mixed_dot(h: jax.Array, w: jax.Array, index: jax.Array | None, dtype: Any) -> jax.Array:
-    """``h [..., in] @ w[index] [in, out]``, operands rounded to ``dtype``, fp32 accumulate/out."""
-    return jnp.einsum(
-        "...i,io->...o",
-        h.astype(dtype),
-        _pick(w, index).astype(dtype),
-        preferred_element_type=jnp.float32,
-    )
-
-
-def _mixed_dot_fwd(h, w, index, dtype):
-    # symbolic_zeros: a frozen weight arrives unperturbed. Its gradient is then not formed at
-    # all and h is not kept for it (a 0-d placeholder carries h's dtype). Without this, JAX
-    # instantiates a zero tangent for w, and inside the layer scan the cotangent of the
-    # whole weight stack becomes a loop carry that XLA keeps updating.
-    # The residual is the weight *stack* plus the index, not the slice: the stack is
-    # loop-invariant, so the layer scan passes it through, whereas a slice would be copied
-    # into a per-layer residual stack (a bf16 dynamic-update-slice, which XLA:CPU widens to
-    # fp32 over the whole stacked buffer on every layer). h keeps its own dtype likewise.
-    hv, wv, iv = h.value, w.value, index.value if index is not None else None
-    y = _mixed_dot(hv, wv, iv, dtype)
-    keep = hv if w.perturbed else jnp.zeros((), hv.dtype)
-    return y, (keep, wv, iv)
-
-
-def _mixed_dot_bwd(dtype, res, g):
-    # Both input gradients are again 16-bit x 16-bit -> fp32 products. JAX's own transpose
-    # would pair the fp32 cotangent with the 16-bit weight: a mixed dot that XLA:CPU runs
-    # through its fp32 GEMM. Rounding g to the operand dtype is what bf16 autocast does.
-    h, w, index = res
-    if isinstance(g, jax.custom_derivatives.SymbolicZero):
-        return None, None, None
-    g = g.astype(dtype)
-    w_i = _pick(w, index).astype(dtype)
-    dh = jnp.einsum("...o,io->...i", g, w_i, preferred_element_type=jnp.float32)
-    if h.ndim == 0:
-        return dh.astype(h.dtype), None, None
-    dw = jnp.einsum("...i,...o->io", h.astype(dtype), g, preferred_element_type=jnp.float32)
-    if index is not None:
-        dw = jax.lax.dynamic_update_index_in_dim(jnp.zeros(w.shape, jnp.float32), dw, index, 0)
-    return dh.astype(h.dtype), dw.astype(w.dtype), None
-
-
-_mixed_dot.defvjp(_mixed_dot_fwd, _mixed_dot_bwd, symbolic_zeros=True)
-
-
-def linear(
-    h: jax.Array, w: jax.Array, matmul_dtype: Any = None, *, index: jax.Array | None = None
-) -> jax.Array:
-    """``h @ w`` (or ``h @ w[index]`` for a stacked ``w``), returned in ``h``'s dtype.
-
-    With fp32 operands (``h`` fp32 and ``matmul_dtype`` None or fp32) this is the plain
-    product. Otherwise both operands are rounded to ``matmul_dtype`` (default ``h.dtype``)
-    and multiplied with fp32 accumulation and fp32 output, rounded once to ``h.dtype``, in
-    the forward and in both input gradients. XLA:CPU runs bf16 x bf16 -> fp32 dots on its
-    AVX512-BF16 kernels at about twice its fp32 GEMM rate, while a dot with a bf16 *output*
-    or mixed fp32/bf16 operands goes through slower paths (`benchmarks/NOTES.md`).
-
-    Args:
-      h: ``[..., in]`` activations (float32 or a 16-bit float).
-      w: ``[in, out]`` weight, or ``[L, in, out]`` with ``index``; any float dtype. Pass it
-        already in ``matmul_dtype`` when it is reused: the cast here runs on every call.
-      matmul_dtype: operand dtype of the product; None = ``h.dtype``.
-      index: int32 scalar picking one matrix of a stacked ``w``. Inside a layer scan, pass
-        the stack and the layer index rather than a slice: the backward then keeps the
-        (loop-invariant) stack instead of a per-layer copy of every slice.
-
-    Returns:
-      ``[..., out]`` in ``h.dtype``. Differentiable w.r.t. ``h`` and ``w``.
-    """
-    md = jnp.dtype(h.dtype if matmul_dtype is None else matmul_dtype)
-    if md == jnp.float32 and h.dtype == jnp.float32:
-        return h @ _pick(w, index).astype(jnp.float32)
-    return _mixed_dot(h, w, index, md).astype(h.dtype)
-
-
-def _attend(
-    q: jax.Array, k: jax.Array, v: jax.Array, allowed: jax.Array, cfg: ModelConfig
-) -> jax.Array:
-    """GQA attention. q ``[B,T,nH,D]``, k/v ``[B,S,nKV,D]``, allowed ``[B,T,S]`` bool -> ``[B,T,nH*D]``."""
-    b, t, _, d = q.shape
-    g = cfg.num_heads // cfg.num_kv_heads
-    qg = q.reshape(b, t, cfg.num_kv_heads, g, d)
-    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32)
-    scores = scores * (d**-0.5)
-    scores = jnp.where(allowed[:, None, None], scores, _MASK_VALUE)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
-    return out.reshape(b, t, cfg.num_heads * d)
 
 
 def _block(
@@ -235,7 +137,7 @@ def _block(
         new_kv = (ck, cv)
         k = jax.lax.dynamic_index_in_dim(ck, layer, 0, keepdims=False).astype(cd)
         v = jax.lax.dynamic_index_in_dim(cv, layer, 0, keepdims=False).astype(cd)
-    attn = _attend(q, k, v, allowed, cfg)
+    attn = attend(q, k, v, allowed, cfg.num_kv_heads)
     x = x + proj(attn, "o")
     h = rms_norm(x, lp["mlp_norm"], cfg.rms_norm_eps)
     x = x + proj(jax.nn.silu(proj(h, "gate")) * proj(h, "up"), "down")

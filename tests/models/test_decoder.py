@@ -18,7 +18,6 @@ from coevo_jax.models import (
     load,
     param_shapes,
 )
-from coevo_jax.models.decoder import linear
 
 TOL = 1e-4
 
@@ -340,73 +339,6 @@ def test_bf16_matmuls_with_fp32_activations_are_close():
     assert out.hidden_states[1].dtype == jnp.float32
     err = np.abs(np.asarray(out.logits) - np.asarray(f32)).max()
     assert 0 < err < 0.1
-
-
-def _rounded(x):
-    return x.astype(jnp.bfloat16).astype(jnp.float32)
-
-
-def test_linear_bf16_matches_rounded_operands_forward_and_backward():
-    """Forward and both gradients are the products of bf16-rounded operands (and cotangent)."""
-    k = jax.random.split(jax.random.key(0), 3)
-    h = jax.random.normal(k[0], (2, 5, 8))
-    w = jax.random.normal(k[1], (8, 6))
-    g = jax.random.normal(k[2], (2, 5, 6))
-    y, vjp = jax.vjp(lambda h, w: linear(h, w, jnp.bfloat16), h, w)
-    assert y.dtype == jnp.float32
-    np.testing.assert_allclose(y, _rounded(h) @ _rounded(w), rtol=1e-6, atol=1e-6)
-    dh, dw = vjp(g)
-    np.testing.assert_allclose(dh, _rounded(g) @ _rounded(w).T, rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(
-        dw, jnp.einsum("bti,bto->io", _rounded(h), _rounded(g)), rtol=1e-6, atol=1e-5
-    )
-    # bf16 activations: result and input gradient stay bf16
-    hb = h.astype(jnp.bfloat16)
-    assert linear(hb, w).dtype == jnp.bfloat16
-    assert jax.grad(lambda h: jnp.sum(linear(h, w).astype(jnp.float32)))(hb).dtype == jnp.bfloat16
-
-
-@pytest.mark.parametrize("matmul_dtype", [None, jnp.bfloat16])
-def test_linear_on_a_stack_equals_the_slice_and_grads_only_that_slice(matmul_dtype):
-    k = jax.random.split(jax.random.key(1), 2)
-    h = jax.random.normal(k[0], (3, 8))
-    ws = jax.random.normal(k[1], (4, 8, 6))
-    i = jnp.int32(2)
-    np.testing.assert_array_equal(
-        linear(h, ws, matmul_dtype, index=i), linear(h, ws[2], matmul_dtype)
-    )
-    dws = jax.grad(lambda ws: jnp.sum(linear(h, ws, matmul_dtype, index=i)))(ws)
-    dw = jax.grad(lambda w: jnp.sum(linear(h, w, matmul_dtype)))(ws[2])
-    np.testing.assert_array_equal(dws[2], dw)
-    assert float(jnp.abs(dws[jnp.array([0, 1, 3])]).max()) == 0.0
-
-
-def test_frozen_bf16_weights_form_no_weight_gradient_in_the_layer_scan():
-    """Differentiating w.r.t. activations only must not build weight-shaped products."""
-    ws = jnp.ones((3, 8, 8), jnp.bfloat16)
-
-    def f(h):
-        def body(h, i):
-            return jnp.tanh(linear(h, ws, index=i)), None
-
-        return jnp.sum(jax.lax.scan(body, h, jnp.arange(3))[0].astype(jnp.float32))
-
-    jaxpr = jax.make_jaxpr(jax.grad(f))(jnp.ones((5, 8), jnp.bfloat16))
-
-    def dot_shapes(jx):
-        for eqn in jx.eqns:
-            if eqn.primitive.name == "dot_general":
-                yield tuple(eqn.outvars[0].aval.shape)
-            for v in eqn.params.values():
-                for sub in v if isinstance(v, tuple | list) else (v,):
-                    if hasattr(sub, "eqns"):
-                        yield from dot_shapes(sub)
-                    elif hasattr(sub, "jaxpr") and hasattr(sub.jaxpr, "eqns"):
-                        yield from dot_shapes(sub.jaxpr)
-
-    shapes = list(dot_shapes(jaxpr.jaxpr))
-    assert (5, 8) in shapes  # forward / input-gradient products are there
-    assert (8, 8) not in shapes  # no weight gradient
 
 
 def test_decoder_module_round_trips_params_and_calls_forward():

@@ -1,0 +1,180 @@
+"""Matmul and attention primitives of the decoder, with hand-written VJPs.
+
+Both exist for XLA:CPU speed; neither changes the math (`benchmarks/NOTES.md`, policy step):
+
+* :func:`linear`: the projection. 16-bit operands are multiplied with fp32 accumulation and
+  fp32 output in the forward and in both input gradients (XLA:CPU runs bf16 x bf16 -> fp32
+  dots at about twice its fp32 GEMM rate, but a bf16-output or mixed-operand dot slower than
+  fp32), a frozen weight gets no gradient at all, and inside a layer scan the weight stack,
+  not a per-layer slice, is the residual.
+* :func:`attend`: GQA softmax attention whose backward recomputes the probabilities from
+  ``q``, ``k`` and the saved row max and sum (FlashAttention's backward, unblocked)
+  instead of keeping the ``[B, H, T, S]`` probabilities of every layer for the backward.
+
+No library offers either for JAX on CPU, hence written here.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# Masked attention scores get the most negative finite fp32 value rather than -inf, so a row
+# with no visible key (a left-pad query) yields a finite uniform softmax instead of NaN.
+MASK_VALUE = float(jnp.finfo(jnp.float32).min)
+
+
+def _pick(w: jax.Array, index: jax.Array | None) -> jax.Array:
+    return w if index is None else jax.lax.dynamic_index_in_dim(w, index, keepdims=False)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _mixed_dot(h: jax.Array, w: jax.Array, index: jax.Array | None, dtype: Any) -> jax.Array:
+    """``h [..., in] @ w[index] [in, out]``, operands rounded to ``dtype``, fp32 accumulate/out."""
+    return jnp.einsum(
+        "...i,io->...o",
+        h.astype(dtype),
+        _pick(w, index).astype(dtype),
+        preferred_element_type=jnp.float32,
+    )
+
+
+def _mixed_dot_fwd(h, w, index, dtype):
+    # symbolic_zeros: a frozen weight arrives unperturbed. Its gradient is then not formed at
+    # all and h is not kept for it (a 0-d placeholder carries h's dtype). Without this, JAX
+    # instantiates a zero tangent for w, and inside the layer scan the cotangent of the
+    # whole weight stack becomes a loop carry that XLA keeps updating.
+    # The residual is the weight *stack* plus the index, not the slice: the stack is
+    # loop-invariant, so the layer scan passes it through, whereas a slice would be copied
+    # into a per-layer residual stack (a bf16 dynamic-update-slice, which XLA:CPU widens to
+    # fp32 over the whole stacked buffer on every layer). h keeps its own dtype likewise.
+    hv, wv, iv = h.value, w.value, index.value if index is not None else None
+    y = _mixed_dot(hv, wv, iv, dtype)
+    keep = hv if w.perturbed else jnp.zeros((), hv.dtype)
+    return y, (keep, wv, iv)
+
+
+def _mixed_dot_bwd(dtype, res, g):
+    # Both input gradients are again 16-bit x 16-bit -> fp32 products. JAX's own transpose
+    # would pair the fp32 cotangent with the 16-bit weight: a mixed dot that XLA:CPU runs
+    # through its fp32 GEMM. Rounding g to the operand dtype is what bf16 autocast does.
+    h, w, index = res
+    if isinstance(g, jax.custom_derivatives.SymbolicZero):
+        return None, None, None
+    g = g.astype(dtype)
+    w_i = _pick(w, index).astype(dtype)
+    dh = jnp.einsum("...o,io->...i", g, w_i, preferred_element_type=jnp.float32)
+    if h.ndim == 0:
+        return dh.astype(h.dtype), None, None
+    dw = jnp.einsum("...i,...o->io", h.astype(dtype), g, preferred_element_type=jnp.float32)
+    if index is not None:
+        dw = jax.lax.dynamic_update_index_in_dim(jnp.zeros(w.shape, jnp.float32), dw, index, 0)
+    return dh.astype(h.dtype), dw.astype(w.dtype), None
+
+
+_mixed_dot.defvjp(_mixed_dot_fwd, _mixed_dot_bwd, symbolic_zeros=True)
+
+
+def linear(
+    h: jax.Array, w: jax.Array, matmul_dtype: Any = None, *, index: jax.Array | None = None
+) -> jax.Array:
+    """``h @ w`` (or ``h @ w[index]`` for a stacked ``w``), returned in ``h``'s dtype.
+
+    With fp32 operands (``h`` fp32 and ``matmul_dtype`` None or fp32) this is the plain
+    product. Otherwise both operands are rounded to ``matmul_dtype`` (default ``h.dtype``)
+    and multiplied with fp32 accumulation and fp32 output, rounded once to ``h.dtype``, in
+    the forward and in both input gradients. XLA:CPU runs bf16 x bf16 -> fp32 dots on its
+    AVX512-BF16 kernels at about twice its fp32 GEMM rate, while a dot with a bf16 *output*
+    or mixed fp32/bf16 operands goes through slower paths (`benchmarks/NOTES.md`).
+
+    Args:
+      h: ``[..., in]`` activations (float32 or a 16-bit float).
+      w: ``[in, out]`` weight, or ``[L, in, out]`` with ``index``; any float dtype. Pass it
+        already in ``matmul_dtype`` when it is reused: the cast here runs on every call.
+      matmul_dtype: operand dtype of the product; None = ``h.dtype``.
+      index: int32 scalar picking one matrix of a stacked ``w``. Inside a layer scan, pass
+        the stack and the layer index rather than a slice: the backward then keeps the
+        (loop-invariant) stack instead of a per-layer copy of every slice.
+
+    Returns:
+      ``[..., out]`` in ``h.dtype``. Differentiable w.r.t. ``h`` and ``w``.
+    """
+    md = jnp.dtype(h.dtype if matmul_dtype is None else matmul_dtype)
+    if md == jnp.float32 and h.dtype == jnp.float32:
+        return h @ _pick(w, index).astype(jnp.float32)
+    return _mixed_dot(h, w, index, md).astype(h.dtype)
+
+
+def _scores(qg: jax.Array, k: jax.Array, allowed: jax.Array) -> jax.Array:
+    """Scaled, masked fp32 scores ``[B, nKV, G, T, S]``."""
+    s = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32)
+    s = s * (qg.shape[-1] ** -0.5)
+    return jnp.where(allowed[:, None, None], s, MASK_VALUE)
+
+
+@jax.custom_vjp
+def _attend_core(qg: jax.Array, k: jax.Array, v: jax.Array, allowed: jax.Array) -> jax.Array:
+    out, _ = _attend_fwd(qg, k, v, allowed)
+    return out
+
+
+def _attend_fwd(qg, k, v, allowed):
+    s = _scores(qg, k, allowed)
+    m = jax.lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True))
+    e = jnp.exp(s - m)
+    den = jnp.sum(e, axis=-1, keepdims=True)
+    probs = (e / den).astype(v.dtype)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
+    # The max and the sum, not m + log(den): for a query that sees no key, m is the mask
+    # value and m + log(den) rounds back to m.
+    return out, (qg, k, v, allowed, m, den)
+
+
+def _attend_bwd(res, d_out):
+    qg, k, v, allowed, m, den = res
+    p = jnp.exp(_scores(qg, k, allowed) - m) / den
+    d_out = d_out.astype(v.dtype)
+    dv = jnp.einsum(
+        "bkgts,btkgd->bskd", p.astype(v.dtype), d_out, preferred_element_type=jnp.float32
+    )
+    dp = jnp.einsum("btkgd,bskd->bkgts", d_out, v, preferred_element_type=jnp.float32)
+    # softmax backward: ds = p * (dp - sum_s p dp); sum_s p dp equals d_out . out row by row
+    ds = p * (dp - jnp.sum(p * dp, axis=-1, keepdims=True)) * (qg.shape[-1] ** -0.5)
+    # A masked score is a constant: no gradient. This matters for a query that sees no key
+    # (left padding), whose uniform p is nonzero on masked entries.
+    ds = jnp.where(allowed[:, None, None], ds, 0.0).astype(qg.dtype)
+    dq = jnp.einsum("bkgts,bskd->btkgd", ds, k, preferred_element_type=jnp.float32)
+    dk = jnp.einsum("bkgts,btkgd->bskd", ds, qg, preferred_element_type=jnp.float32)
+    d_allowed = np.zeros(allowed.shape, jax.dtypes.float0)
+    return dq.astype(qg.dtype), dk.astype(k.dtype), dv.astype(v.dtype), d_allowed
+
+
+_attend_core.defvjp(_attend_fwd, _attend_bwd)
+
+
+def attend(
+    q: jax.Array, k: jax.Array, v: jax.Array, allowed: jax.Array, num_kv_heads: int
+) -> jax.Array:
+    """Grouped-query softmax attention.
+
+    Args:
+      q: ``[B, T, nH, D]`` queries (compute dtype).
+      k: ``[B, S, nKV, D]`` keys; ``nH`` a multiple of ``nKV = num_kv_heads``.
+      v: ``[B, S, nKV, D]`` values.
+      allowed: ``[B, T, S]`` bool, True where query t may attend key s. A row with no
+        allowed key gets a uniform distribution (finite, never NaN).
+      num_kv_heads: ``nKV``.
+
+    Returns:
+      ``[B, T, nH * D]`` in ``v``'s dtype. Scores and softmax are fp32. Differentiable
+      w.r.t. ``q``, ``k`` and ``v``; the backward keeps only ``q``, ``k``, ``v`` and the fp32
+      row max and row sum (``[B, nKV, G, T, 1]`` each) and recomputes the probabilities (one extra
+      ``q k^T`` product) rather than storing ``[B, nH, T, S]`` per layer.
+    """
+    b, t, n_heads, d = q.shape
+    qg = q.reshape(b, t, num_kv_heads, n_heads // num_kv_heads, d)
+    return _attend_core(qg, k, v, allowed).reshape(b, t, n_heads * d)

@@ -1,0 +1,139 @@
+"""The decoder's matmul and attention primitives (``coevo_jax.models.ops``)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from coevo_jax.models.ops import MASK_VALUE, attend, linear
+
+
+def _rounded(x):
+    return x.astype(jnp.bfloat16).astype(jnp.float32)
+
+
+def test_linear_bf16_matches_rounded_operands_forward_and_backward():
+    """Forward and both gradients are the products of bf16-rounded operands (and cotangent)."""
+    k = jax.random.split(jax.random.key(0), 3)
+    h = jax.random.normal(k[0], (2, 5, 8))
+    w = jax.random.normal(k[1], (8, 6))
+    g = jax.random.normal(k[2], (2, 5, 6))
+    y, vjp = jax.vjp(lambda h, w: linear(h, w, jnp.bfloat16), h, w)
+    assert y.dtype == jnp.float32
+    np.testing.assert_allclose(y, _rounded(h) @ _rounded(w), rtol=1e-6, atol=1e-6)
+    dh, dw = vjp(g)
+    np.testing.assert_allclose(dh, _rounded(g) @ _rounded(w).T, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        dw, jnp.einsum("bti,bto->io", _rounded(h), _rounded(g)), rtol=1e-6, atol=1e-5
+    )
+    # bf16 activations: result and input gradient stay bf16
+    hb = h.astype(jnp.bfloat16)
+    assert linear(hb, w).dtype == jnp.bfloat16
+    assert jax.grad(lambda h: jnp.sum(linear(h, w).astype(jnp.float32)))(hb).dtype == jnp.bfloat16
+
+
+@pytest.mark.parametrize("matmul_dtype", [None, jnp.bfloat16])
+def test_linear_on_a_stack_equals_the_slice_and_grads_only_that_slice(matmul_dtype):
+    k = jax.random.split(jax.random.key(1), 2)
+    h = jax.random.normal(k[0], (3, 8))
+    ws = jax.random.normal(k[1], (4, 8, 6))
+    i = jnp.int32(2)
+    np.testing.assert_array_equal(
+        linear(h, ws, matmul_dtype, index=i), linear(h, ws[2], matmul_dtype)
+    )
+    dws = jax.grad(lambda ws: jnp.sum(linear(h, ws, matmul_dtype, index=i)))(ws)
+    dw = jax.grad(lambda w: jnp.sum(linear(h, w, matmul_dtype)))(ws[2])
+    np.testing.assert_array_equal(dws[2], dw)
+    assert float(jnp.abs(dws[jnp.array([0, 1, 3])]).max()) == 0.0
+
+
+def test_frozen_bf16_weights_form_no_weight_gradient_in_the_layer_scan():
+    """Differentiating w.r.t. activations only must not build weight-shaped products."""
+    ws = jnp.ones((3, 8, 8), jnp.bfloat16)
+
+    def f(h):
+        def body(h, i):
+            return jnp.tanh(linear(h, ws, index=i)), None
+
+        return jnp.sum(jax.lax.scan(body, h, jnp.arange(3))[0].astype(jnp.float32))
+
+    jaxpr = jax.make_jaxpr(jax.grad(f))(jnp.ones((5, 8), jnp.bfloat16))
+
+    def dot_shapes(jx):
+        for eqn in jx.eqns:
+            if eqn.primitive.name == "dot_general":
+                yield tuple(eqn.outvars[0].aval.shape)
+            for v in eqn.params.values():
+                for sub in v if isinstance(v, tuple | list) else (v,):
+                    if hasattr(sub, "eqns"):
+                        yield from dot_shapes(sub)
+                    elif hasattr(sub, "jaxpr") and hasattr(sub.jaxpr, "eqns"):
+                        yield from dot_shapes(sub.jaxpr)
+
+    shapes = list(dot_shapes(jaxpr.jaxpr))
+    assert (5, 8) in shapes  # forward / input-gradient products are there
+    assert (8, 8) not in shapes  # no weight gradient
+
+
+def _reference_attention(q, k, v, allowed, n_kv):
+    """Textbook GQA attention: repeat k/v per group, masked softmax, autodiff backward."""
+    g = q.shape[2] // n_kv
+    kr, vr = jnp.repeat(k, g, axis=2), jnp.repeat(v, g, axis=2)
+    s = jnp.einsum("bthd,bshd->bhts", q, kr) * q.shape[-1] ** -0.5
+    s = jnp.where(allowed[:, None], s, MASK_VALUE)
+    out = jnp.einsum("bhts,bshd->bthd", jax.nn.softmax(s, axis=-1), vr)
+    return out.reshape(*q.shape[:2], -1)
+
+
+def _attention_inputs(seed=0, b=2, t=5, s=7, n_heads=4, n_kv=2, d=8):
+    k = jax.random.split(jax.random.key(seed), 4)
+    q = jax.random.normal(k[0], (b, t, n_heads, d))
+    kk = jax.random.normal(k[1], (b, s, n_kv, d))
+    v = jax.random.normal(k[2], (b, s, n_kv, d))
+    allowed = jax.random.bernoulli(k[3], 0.7, (b, t, s))
+    allowed = allowed.at[0, 0].set(False)  # a query that sees no key (left padding)
+    return q, kk, v, allowed, n_kv
+
+
+def test_attend_matches_textbook_attention_values_and_gradients():
+    q, k, v, allowed, n_kv = _attention_inputs()
+    g = jax.random.normal(jax.random.key(9), (q.shape[0], q.shape[1], q.shape[2] * q.shape[3]))
+    out, vjp = jax.vjp(lambda q, k, v: attend(q, k, v, allowed, n_kv), q, k, v)
+    ref, ref_vjp = jax.vjp(lambda q, k, v: _reference_attention(q, k, v, allowed, n_kv), q, k, v)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+    for a, b in zip(vjp(g), ref_vjp(g), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    # the blind query: uniform over all keys, finite gradients
+    np.testing.assert_allclose(out[0, 0], ref[0, 0], rtol=1e-5, atol=1e-6)
+    assert all(bool(jnp.isfinite(x).all()) for x in vjp(g))
+
+
+def test_attend_bf16_is_close_and_keeps_dtypes():
+    q, k, v, allowed, n_kv = _attention_inputs(1)
+    ref = _reference_attention(q, k, v, allowed, n_kv)
+    qb, kb, vb = (x.astype(jnp.bfloat16) for x in (q, k, v))
+    out = attend(qb, kb, vb, allowed, n_kv)
+    assert out.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(out, np.float32), ref, atol=0.05)
+    grads = jax.grad(lambda q, k, v: jnp.sum(attend(q, k, v, allowed, n_kv)), (0, 1, 2))(qb, kb, vb)
+    assert [x.dtype for x in grads] == [jnp.bfloat16] * 3
+
+
+@pytest.mark.parametrize("remat", [False, True])
+def test_attend_saves_no_probabilities_for_the_backward(remat):
+    """Residuals of a layer scan hold q, k, v and row statistics, not [B, H, T, S]."""
+    q, k, v, allowed, n_kv = _attention_inputs(2, t=16, s=16)
+
+    def f(q):
+        def body(x, _):
+            return attend(x.reshape(q.shape), k, v, allowed, n_kv).reshape(q.shape), None
+
+        body = jax.checkpoint(body) if remat else body
+        return jnp.sum(jax.lax.scan(body, q, None, length=3)[0])
+
+    _, res = jax.linearize(f, q)
+    shapes = {tuple(x.shape) for x in jax.tree.leaves(res) if hasattr(x, "shape")}
+    # a stack of per-layer probabilities would be [3, 2, nKV, G, 16, 16] (>= 3 * 2 * 4 * 256)
+    assert not any(s[-2:] == (16, 16) and np.prod(s) >= 3 * 2 * 4 * 256 for s in shapes), shapes
