@@ -316,24 +316,22 @@ def forward(
         found[n_layers] = final
     hidden = {i: found[j] for i, j in wanted.items()}
 
-    logits = None
-    if not stop_after_hidden:
-        if cfg.tie_word_embeddings:
-            logits = jnp.einsum(
-                "bth,vh->btv",
-                final.astype(md),
-                params["embed"].astype(md),
-                preferred_element_type=jnp.float32,
-            )
-        else:
-            logits = jnp.einsum(
-                "bth,hv->btv",
-                final.astype(md),
-                params["lm_head"].astype(md),
-                preferred_element_type=jnp.float32,
-            )
+    logits = None if stop_after_hidden else lm_head(params, cfg, final, md)
     new_cache = None if kv is None else KVCache(k=kv[0], v=kv[1])
     return DecoderOutput(logits=logits, hidden_states=hidden, cache=new_cache)
+
+
+def lm_head(params: Params, cfg: ModelConfig, h: jax.Array, dtype: Any) -> jax.Array:
+    """fp32 logits ``[..., V]`` of final-normed hidden states ``h`` ``[..., H]``.
+
+    The product takes ``h`` and the head (the embedding when tied) in ``dtype`` with fp32
+    accumulation.
+    """
+    if cfg.tie_word_embeddings:
+        w = params["embed"].astype(dtype)
+        return jnp.einsum("...h,vh->...v", h.astype(dtype), w, preferred_element_type=jnp.float32)
+    w = params["lm_head"].astype(dtype)
+    return jnp.einsum("...h,hv->...v", h.astype(dtype), w, preferred_element_type=jnp.float32)
 
 
 FORWARD_STATIC_ARGNAMES = (

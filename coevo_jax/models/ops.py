@@ -171,9 +171,9 @@ def attend(
 
     Returns:
       ``[B, T, nH * D]`` in ``v``'s dtype. Scores and softmax are fp32. Differentiable
-      w.r.t. ``q``, ``k`` and ``v``; the backward keeps only ``q``, ``k``, ``v`` and the fp32
-      row max and row sum (``[B, nKV, G, T, 1]`` each) and recomputes the probabilities (one extra
-      ``q k^T`` product) rather than storing ``[B, nH, T, S]`` per layer.
+      w.r.t. ``q``, ``k`` and ``v``; the backward keeps only ``q``, ``k``, ``v`` and the
+      fp32 row max and row sum (``[B, nKV, G, T, 1]`` each) and recomputes the probabilities
+      (one extra ``q k^T`` product) rather than storing ``[B, nH, T, S]`` per layer.
     """
     b, t, n_heads, d = q.shape
     qg = q.reshape(b, t, num_kv_heads, n_heads // num_kv_heads, d)

@@ -43,7 +43,7 @@ import numpy as np
 
 from coevo_jax.lora.weights import LoRAWeights
 from coevo_jax.models.config import ModelConfig
-from coevo_jax.models.decoder import KVCache, forward
+from coevo_jax.models.decoder import KVCache, forward, lm_head
 
 Params = dict[str, Any]
 
@@ -83,19 +83,6 @@ def prompt_bucket(n: int, minimum: int = 16) -> int:
         half = size // 2
         size = size + half if half and (size & (size - 1)) == 0 else (size // 3) * 4
     return size
-
-
-def lm_head(params: Params, cfg: ModelConfig, h: jax.Array, compute_dtype: Any) -> jax.Array:
-    """fp32 logits ``[..., V]`` of final-normed hidden states ``h`` ``[..., H]``."""
-    if cfg.tie_word_embeddings:
-        w = params["embed"].astype(compute_dtype)
-        return jnp.einsum(
-            "...h,vh->...v", h.astype(compute_dtype), w, preferred_element_type=jnp.float32
-        )
-    w = params["lm_head"].astype(compute_dtype)
-    return jnp.einsum(
-        "...h,hv->...v", h.astype(compute_dtype), w, preferred_element_type=jnp.float32
-    )
 
 
 def sampling_logprobs(logits: jax.Array, temperature: jax.Array, top_p: jax.Array) -> jax.Array:

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.extend.core import jaxprs_in_params
 
 from coevo_jax.models.ops import MASK_VALUE, attend, linear
 
@@ -65,12 +66,8 @@ def test_frozen_bf16_weights_form_no_weight_gradient_in_the_layer_scan():
         for eqn in jx.eqns:
             if eqn.primitive.name == "dot_general":
                 yield tuple(eqn.outvars[0].aval.shape)
-            for v in eqn.params.values():
-                for sub in v if isinstance(v, tuple | list) else (v,):
-                    if hasattr(sub, "eqns"):
-                        yield from dot_shapes(sub)
-                    elif hasattr(sub, "jaxpr") and hasattr(sub.jaxpr, "eqns"):
-                        yield from dot_shapes(sub.jaxpr)
+            for sub in jaxprs_in_params(eqn.params):
+                yield from dot_shapes(sub)
 
     shapes = list(dot_shapes(jaxpr.jaxpr))
     assert (5, 8) in shapes  # forward / input-gradient products are there
