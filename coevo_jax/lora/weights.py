@@ -16,6 +16,7 @@ from __future__ import annotations
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 TARGET_MODULES = ("q", "k", "v", "o", "gate", "up", "down")
@@ -48,31 +49,50 @@ class LoRAWeights:
         return int(first["A"].shape[-1])
 
 
+def _fmix32(h: jax.Array) -> jax.Array:
+    """MurmurHash3's 32-bit finaliser: a bijection of uint32 with full avalanche."""
+    h = h ^ (h >> 16)
+    h = h * jnp.uint32(0x85EBCA6B)
+    h = h ^ (h >> 13)
+    h = h * jnp.uint32(0xC2B2AE35)
+    return h ^ (h >> 16)
+
+
 def dropout_keep_mask(
     rng: jax.Array, shape: tuple[int, ...], rate: float
 ) -> tuple[jax.Array, float]:
-    """Bernoulli keep mask for dropout at ``rate``, from 16-bit uniforms.
+    """Bernoulli keep mask for dropout at ``rate``, from a counter-based hash.
 
-    ``jax.random.bernoulli`` spends one 32-bit threefry output per element; LoRA dropout
-    draws one mask per target module and layer (~300M elements per SmolLM2 policy step), and
-    that generator was a measurable share of the step. Here each 32-bit word is split into
-    two 16-bit uniforms, halving the generator work. The keep probability is then
-    ``1 - round(rate * 2**16) / 2**16`` (within ``2**-17`` of ``1 - rate``); it is returned
-    so the caller rescales by the exact value and the dropped input stays unbiased.
+    LoRA dropout draws one mask per target module and layer, ~300M elements per SmolLM2
+    policy step. ``jax.random`` spends a threefry evaluation (20 rounds) per 32-bit word,
+    and on CPU JAX lowers it as a rolled loop over whole arrays: 6.5 ns per element for
+    ``bernoulli``, 2.2 with two 16-bit draws per word, and 1-1.5 s of a ~10 s step. A mask
+    only needs independent-looking bits, so here ``rng`` is spent on two 32-bit seeds and
+    element ``i`` (row-major) keeps its input when ``fmix(fmix(i * phi + s0) ^ s1)``
+    reaches ``round(rate * 2**32)``, ``fmix`` being MurmurHash3's finaliser and ``phi``
+    the 32-bit golden ratio: a dozen integer ops that XLA fuses into the consumer
+    (0.5 ns per element). No library offers such a mask for JAX, hence written here.
+
+    The keep probability is ``1 - round(rate * 2**32) / 2**32`` (within ``2**-33`` of
+    ``1 - rate``); it is returned so the caller rescales by the exact value and the
+    dropped input stays unbiased.
 
     Args:
       rng: PRNG key.
-      shape: mask shape (any rank >= 1).
+      shape: mask shape (any rank >= 1, fewer than ``2**32`` elements).
       rate: drop probability in ``(0, 1)``.
 
     Returns:
       ``(keep, keep_prob)``: a bool array of ``shape`` and the exact keep probability.
     """
-    *lead, d = shape
-    threshold = round(rate * 65536)
-    words = jax.random.bits(rng, (*lead, (d + 1) // 2), jnp.uint32)
-    keep = jnp.concatenate([(words & 0xFFFF) >= threshold, (words >> 16) >= threshold], -1)
-    return keep[..., :d], (65536 - threshold) / 65536
+    size = int(np.prod(shape))
+    if size >= 2**32:
+        raise ValueError(f"dropout mask of shape {shape} has >= 2**32 elements")
+    threshold = min(max(round(rate * 2**32), 1), 2**32 - 1)
+    s0, s1 = jax.random.bits(rng, (2,), jnp.uint32)
+    i = jax.lax.iota(jnp.uint32, size).reshape(shape)
+    h = _fmix32(_fmix32(i * jnp.uint32(0x9E3779B9) + s0) ^ s1)
+    return h >= jnp.uint32(threshold), (2**32 - threshold) / 2**32
 
 
 def lora_delta(

@@ -29,7 +29,15 @@ MASK_VALUE = float(jnp.finfo(jnp.float32).min)
 
 
 def _pick(w: jax.Array, index: jax.Array | None) -> jax.Array:
-    return w if index is None else jax.lax.dynamic_index_in_dim(w, index, keepdims=False)
+    if index is None:
+        return w
+    if w.dtype.itemsize == 2:
+        # XLA:CPU widens a 16-bit dynamic slice to fp32: it converts the whole [L, ...]
+        # stack to fp32 and every slice back. Slicing the raw 16-bit words avoids both.
+        bits = jax.lax.bitcast_convert_type(w, jnp.uint16)
+        picked = jax.lax.dynamic_index_in_dim(bits, index, keepdims=False)
+        return jax.lax.bitcast_convert_type(picked, w.dtype)
+    return jax.lax.dynamic_index_in_dim(w, index, keepdims=False)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
@@ -109,48 +117,57 @@ def linear(
     return _mixed_dot(h, w, index, md).astype(h.dtype)
 
 
-def _scores(qg: jax.Array, k: jax.Array, allowed: jax.Array) -> jax.Array:
-    """Scaled, masked fp32 scores ``[B, nKV, G, T, S]``."""
-    s = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32)
-    s = s * (qg.shape[-1] ** -0.5)
-    return jnp.where(allowed[:, None, None], s, MASK_VALUE)
+def _scores(q: jax.Array, k: jax.Array, allowed: jax.Array) -> jax.Array:
+    """Scaled, masked fp32 scores ``[B, nKV, T*G, S]`` (row ``t*G + g``: query t, group g)."""
+    b, n_kv, t, g, d = q.shape
+    s = jnp.einsum(
+        "bkrd,bksd->bkrs", q.reshape(b, n_kv, t * g, d), k, preferred_element_type=jnp.float32
+    )
+    s = s.reshape(b, n_kv, t, g, -1) * (d**-0.5)
+    return jnp.where(allowed[:, None, :, None, :], s, MASK_VALUE).reshape(b, n_kv, t * g, -1)
 
 
 @jax.custom_vjp
-def _attend_core(qg: jax.Array, k: jax.Array, v: jax.Array, allowed: jax.Array) -> jax.Array:
-    out, _ = _attend_fwd(qg, k, v, allowed)
+def _attend_core(q: jax.Array, k: jax.Array, v: jax.Array, allowed: jax.Array) -> jax.Array:
+    out, _ = _attend_fwd(q, k, v, allowed)
     return out
 
 
-def _attend_fwd(qg, k, v, allowed):
-    s = _scores(qg, k, allowed)
+def _attend_fwd(q, k, v, allowed):
+    s = _scores(q, k, allowed)
     m = jax.lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True))
     e = jnp.exp(s - m)
     den = jnp.sum(e, axis=-1, keepdims=True)
     probs = (e / den).astype(v.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
+    out = jnp.einsum("bkrs,bksd->bkrd", probs, v).reshape(q.shape)
     # The max and the sum, not m + log(den): for a query that sees no key, m is the mask
     # value and m + log(den) rounds back to m.
-    return out, (qg, k, v, allowed, m, den)
+    return out, (q, k, v, allowed, m, den, out)
 
 
 def _attend_bwd(res, d_out):
-    qg, k, v, allowed, m, den = res
-    p = jnp.exp(_scores(qg, k, allowed) - m) / den
-    d_out = d_out.astype(v.dtype)
-    dv = jnp.einsum(
-        "bkgts,btkgd->bskd", p.astype(v.dtype), d_out, preferred_element_type=jnp.float32
-    )
-    dp = jnp.einsum("btkgd,bskd->bkgts", d_out, v, preferred_element_type=jnp.float32)
-    # softmax backward: ds = p * (dp - sum_s p dp); sum_s p dp equals d_out . out row by row
-    ds = p * (dp - jnp.sum(p * dp, axis=-1, keepdims=True)) * (qg.shape[-1] ** -0.5)
+    q, k, v, allowed, m, den, out = res
+    b, n_kv, t, g, d = q.shape
+    p = jnp.exp(_scores(q, k, allowed) - m) / den
+    # softmax backward: ds = p * (dp - sum_s p dp). sum_s p dp equals d_out . out row by
+    # row, a reduction over D instead of S (and XLA:CPU runs the product-and-reduce over
+    # S as a slow fused YNNPACK reduction).
+    delta = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1)
+    delta = delta.reshape(b, n_kv, t * g, 1)
+    d_out = d_out.astype(v.dtype).reshape(b, n_kv, t * g, d)
+    dv = jnp.einsum("bkrs,bkrd->bksd", p.astype(v.dtype), d_out, preferred_element_type=jnp.float32)
+    dp = jnp.einsum("bkrd,bksd->bkrs", d_out, v, preferred_element_type=jnp.float32)
+    ds = p * (dp - delta) * (d**-0.5)
     # A masked score is a constant: no gradient. This matters for a query that sees no key
     # (left padding), whose uniform p is nonzero on masked entries.
-    ds = jnp.where(allowed[:, None, None], ds, 0.0).astype(qg.dtype)
-    dq = jnp.einsum("bkgts,bskd->btkgd", ds, k, preferred_element_type=jnp.float32)
-    dk = jnp.einsum("bkgts,btkgd->bskd", ds, qg, preferred_element_type=jnp.float32)
+    ds = jnp.where(allowed[:, None, :, None, :], ds.reshape(b, n_kv, t, g, -1), 0.0)
+    ds = ds.reshape(b, n_kv, t * g, -1).astype(q.dtype)
+    dq = jnp.einsum("bkrs,bksd->bkrd", ds, k, preferred_element_type=jnp.float32)
+    dk = jnp.einsum(
+        "bkrs,bkrd->bksd", ds, q.reshape(b, n_kv, t * g, d), preferred_element_type=jnp.float32
+    )
     d_allowed = np.zeros(allowed.shape, jax.dtypes.float0)
-    return dq.astype(qg.dtype), dk.astype(k.dtype), dv.astype(v.dtype), d_allowed
+    return dq.reshape(q.shape).astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), d_allowed
 
 
 _attend_core.defvjp(_attend_fwd, _attend_bwd)
@@ -171,10 +188,14 @@ def attend(
 
     Returns:
       ``[B, T, nH * D]`` in ``v``'s dtype. Scores and softmax are fp32. Differentiable
-      w.r.t. ``q``, ``k`` and ``v``; the backward keeps only ``q``, ``k``, ``v`` and the
-      fp32 row max and row sum (``[B, nKV, G, T, 1]`` each) and recomputes the probabilities
+      w.r.t. ``q``, ``k`` and ``v``; the backward keeps only ``q``, ``k``, ``v``, the output
+      and the fp32 row max and row sum (``[B, nKV, T*G, 1]`` each) and recomputes the probabilities
       (one extra ``q k^T`` product) rather than storing ``[B, nH, T, S]`` per layer.
     """
     b, t, n_heads, d = q.shape
-    qg = q.reshape(b, t, num_kv_heads, n_heads // num_kv_heads, d)
-    return _attend_core(qg, k, v, allowed).reshape(b, t, n_heads * d)
+    # Head-major layout [B, nKV, T*G, D] around the core: the score tensor then comes out of
+    # its products row-major with S last, so neither it nor its gradient is ever transposed;
+    # only the small q, k, v and output tensors are (`benchmarks/NOTES.md`).
+    qh = q.reshape(b, t, num_kv_heads, n_heads // num_kv_heads, d).transpose(0, 2, 1, 3, 4)
+    out = _attend_core(qh, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), allowed)
+    return out.transpose(0, 2, 1, 3, 4).reshape(b, t, n_heads * d)
