@@ -117,14 +117,18 @@ def linear(
     return _mixed_dot(h, w, index, md).astype(h.dtype)
 
 
+def _masked(x: jax.Array, allowed: jax.Array, fill: float) -> jax.Array:
+    """``x [B, nKV, T*G, S]`` with ``fill`` where ``allowed [B, T, S]`` is False."""
+    b, n_kv, rows, s = x.shape
+    t = allowed.shape[1]
+    x = x.reshape(b, n_kv, t, rows // t, s)
+    return jnp.where(allowed[:, None, :, None, :], x, fill).reshape(b, n_kv, rows, s)
+
+
 def _scores(q: jax.Array, k: jax.Array, allowed: jax.Array) -> jax.Array:
     """Scaled, masked fp32 scores ``[B, nKV, T*G, S]`` (row ``t*G + g``: query t, group g)."""
-    b, n_kv, t, g, d = q.shape
-    s = jnp.einsum(
-        "bkrd,bksd->bkrs", q.reshape(b, n_kv, t * g, d), k, preferred_element_type=jnp.float32
-    )
-    s = s.reshape(b, n_kv, t, g, -1) * (d**-0.5)
-    return jnp.where(allowed[:, None, :, None, :], s, MASK_VALUE).reshape(b, n_kv, t * g, -1)
+    s = jnp.einsum("bkrd,bksd->bkrs", q, k, preferred_element_type=jnp.float32)
+    return _masked(s * (q.shape[-1] ** -0.5), allowed, MASK_VALUE)
 
 
 @jax.custom_vjp
@@ -139,7 +143,7 @@ def _attend_fwd(q, k, v, allowed):
     e = jnp.exp(s - m)
     den = jnp.sum(e, axis=-1, keepdims=True)
     probs = (e / den).astype(v.dtype)
-    out = jnp.einsum("bkrs,bksd->bkrd", probs, v).reshape(q.shape)
+    out = jnp.einsum("bkrs,bksd->bkrd", probs, v)
     # The max and the sum, not m + log(den): for a query that sees no key, m is the mask
     # value and m + log(den) rounds back to m.
     return out, (q, k, v, allowed, m, den, out)
@@ -147,27 +151,23 @@ def _attend_fwd(q, k, v, allowed):
 
 def _attend_bwd(res, d_out):
     q, k, v, allowed, m, den, out = res
-    b, n_kv, t, g, d = q.shape
+    f32 = jnp.float32
     p = jnp.exp(_scores(q, k, allowed) - m) / den
     # softmax backward: ds = p * (dp - sum_s p dp). sum_s p dp equals d_out . out row by
     # row, a reduction over D instead of S (and XLA:CPU runs the product-and-reduce over
     # S as a slow fused YNNPACK reduction).
-    delta = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1)
-    delta = delta.reshape(b, n_kv, t * g, 1)
-    d_out = d_out.astype(v.dtype).reshape(b, n_kv, t * g, d)
-    dv = jnp.einsum("bkrs,bkrd->bksd", p.astype(v.dtype), d_out, preferred_element_type=jnp.float32)
-    dp = jnp.einsum("bkrd,bksd->bkrs", d_out, v, preferred_element_type=jnp.float32)
-    ds = p * (dp - delta) * (d**-0.5)
+    delta = jnp.sum(d_out.astype(f32) * out.astype(f32), axis=-1, keepdims=True)
+    d_out = d_out.astype(v.dtype)
+    dv = jnp.einsum("bkrs,bkrd->bksd", p.astype(v.dtype), d_out, preferred_element_type=f32)
+    dp = jnp.einsum("bkrd,bksd->bkrs", d_out, v, preferred_element_type=f32)
+    ds = p * (dp - delta) * (q.shape[-1] ** -0.5)
     # A masked score is a constant: no gradient. This matters for a query that sees no key
     # (left padding), whose uniform p is nonzero on masked entries.
-    ds = jnp.where(allowed[:, None, :, None, :], ds.reshape(b, n_kv, t, g, -1), 0.0)
-    ds = ds.reshape(b, n_kv, t * g, -1).astype(q.dtype)
-    dq = jnp.einsum("bkrs,bksd->bkrd", ds, k, preferred_element_type=jnp.float32)
-    dk = jnp.einsum(
-        "bkrs,bkrd->bksd", ds, q.reshape(b, n_kv, t * g, d), preferred_element_type=jnp.float32
-    )
+    ds = _masked(ds, allowed, 0.0).astype(q.dtype)
+    dq = jnp.einsum("bkrs,bksd->bkrd", ds, k, preferred_element_type=f32)
+    dk = jnp.einsum("bkrs,bkrd->bksd", ds, q, preferred_element_type=f32)
     d_allowed = np.zeros(allowed.shape, jax.dtypes.float0)
-    return dq.reshape(q.shape).astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), d_allowed
+    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), d_allowed
 
 
 _attend_core.defvjp(_attend_fwd, _attend_bwd)
@@ -189,13 +189,17 @@ def attend(
     Returns:
       ``[B, T, nH * D]`` in ``v``'s dtype. Scores and softmax are fp32. Differentiable
       w.r.t. ``q``, ``k`` and ``v``; the backward keeps only ``q``, ``k``, ``v``, the output
-      and the fp32 row max and row sum (``[B, nKV, T*G, 1]`` each) and recomputes the probabilities
-      (one extra ``q k^T`` product) rather than storing ``[B, nH, T, S]`` per layer.
+      and the fp32 row max and row sum (``[B, nKV, T*G, 1]`` each) and recomputes the
+      probabilities (one extra ``q k^T`` product) rather than storing ``[B, nH, T, S]`` per
+      layer.
     """
     b, t, n_heads, d = q.shape
     # Head-major layout [B, nKV, T*G, D] around the core: the score tensor then comes out of
     # its products row-major with S last, so neither it nor its gradient is ever transposed;
     # only the small q, k, v and output tensors are (`benchmarks/NOTES.md`).
-    qh = q.reshape(b, t, num_kv_heads, n_heads // num_kv_heads, d).transpose(0, 2, 1, 3, 4)
+    g = n_heads // num_kv_heads
+    qh = q.reshape(b, t, num_kv_heads, g, d).transpose(0, 2, 1, 3, 4)
+    qh = qh.reshape(b, num_kv_heads, t * g, d)
     out = _attend_core(qh, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), allowed)
-    return out.transpose(0, 2, 1, 3, 4).reshape(b, t, n_heads * d)
+    out = out.reshape(b, num_kv_heads, t, g, d).transpose(0, 2, 1, 3, 4)
+    return out.reshape(b, t, n_heads * d)
