@@ -13,6 +13,8 @@ groups, which on CPU costs more than the gathered copy of ``B * in * r`` floats 
 
 from __future__ import annotations
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -85,14 +87,23 @@ def dropout_keep_mask(
     Returns:
       ``(keep, keep_prob)``: a bool array of ``shape`` and the exact keep probability.
     """
+    threshold = _threshold(rate)
+    seeds = jax.random.bits(rng, (2,), jnp.uint32)
+    return _keep(seeds, shape, threshold), (2**32 - threshold) / 2**32
+
+
+def _threshold(rate: float) -> int:
+    return min(max(round(rate * 2**32), 1), 2**32 - 1)
+
+
+def _keep(seeds: jax.Array, shape: tuple[int, ...], threshold: int) -> jax.Array:
+    """The keep mask of :func:`dropout_keep_mask` from its two uint32 ``seeds``."""
     size = int(np.prod(shape))
     if size >= 2**32:
         raise ValueError(f"dropout mask of shape {shape} has >= 2**32 elements")
-    threshold = min(max(round(rate * 2**32), 1), 2**32 - 1)
-    s0, s1 = jax.random.bits(rng, (2,), jnp.uint32)
     i = jax.lax.iota(jnp.uint32, size).reshape(shape)
-    h = _fmix32(_fmix32(i * jnp.uint32(0x9E3779B9) + s0) ^ s1)
-    return h >= jnp.uint32(threshold), (2**32 - threshold) / 2**32
+    h = _fmix32(_fmix32(i * jnp.uint32(0x9E3779B9) + seeds[0]) ^ seeds[1])
+    return h >= jnp.uint32(threshold)
 
 
 def lora_delta(
@@ -125,11 +136,51 @@ def lora_delta(
     chex.assert_shape(agent_ids, (x.shape[0],))
     on = agent_ids >= 0
     idx = jnp.where(on, agent_ids, 0)
-    if dropout > 0.0 and rng is not None:
-        keep, keep_prob = dropout_keep_mask(rng, x.shape, dropout)
-        x = jnp.where(keep, x / keep_prob, 0).astype(x.dtype)
     a_rows = a[idx].astype(x.dtype)
     b_rows = b[idx].astype(x.dtype)
-    h = jnp.einsum("bti,bir->btr", x, a_rows)
-    y = jnp.einsum("btr,bro->bto", h, b_rows) * jnp.asarray(scale, x.dtype)
+    if dropout > 0.0 and rng is not None:
+        threshold = _threshold(dropout)
+        seeds = jax.random.bits(rng, (2,), jnp.uint32)
+    else:
+        threshold, seeds = 0, jnp.zeros((2,), jnp.uint32)
+    y = _adapter(x, a_rows, b_rows, seeds, float(scale), threshold)
     return jnp.where(on[:, None, None], y, jnp.zeros_like(y))
+
+
+def _dropped(x: jax.Array, seeds: jax.Array, threshold: int) -> jax.Array:
+    if threshold == 0:
+        return x
+    keep = _keep(seeds, x.shape, threshold)
+    return jnp.where(keep, x / jnp.asarray((2**32 - threshold) / 2**32, x.dtype), 0)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _adapter(x, a_rows, b_rows, seeds, scale, threshold):
+    """``scale * dropped(x) @ a_rows @ b_rows`` per row; ``threshold`` 0 = no dropout.
+
+    The hand-written VJP keeps ``x`` itself (shared by every module that reads the same
+    input, e.g. q, k and v) and the ``[B, T, r]`` bottleneck, and regenerates the dropout
+    mask from the two seeds in the backward. JAX's own VJP would keep each module's mask
+    and dropped copy of ``x``: 7 extra activation tensors per layer, about as many bytes as
+    the rest of the layer's residuals (`benchmarks/NOTES.md`, sixth policy-step session).
+    """
+    return _adapter_fwd(x, a_rows, b_rows, seeds, scale, threshold)[0]
+
+
+def _adapter_fwd(x, a_rows, b_rows, seeds, scale, threshold):
+    h = jnp.einsum("bti,bir->btr", _dropped(x, seeds, threshold), a_rows)
+    y = jnp.einsum("btr,bro->bto", h, b_rows) * jnp.asarray(scale, x.dtype)
+    return y, (x, a_rows, b_rows, seeds, h)
+
+
+def _adapter_bwd(scale, threshold, res, g):
+    x, a_rows, b_rows, seeds, h = res
+    g = g * jnp.asarray(scale, g.dtype)
+    d_b = jnp.einsum("btr,bto->bro", h, g)
+    d_h = jnp.einsum("bto,bro->btr", g, b_rows)
+    d_a = jnp.einsum("bti,btr->bir", _dropped(x, seeds, threshold), d_h)
+    d_x = _dropped(jnp.einsum("btr,bir->bti", d_h, a_rows), seeds, threshold)
+    return d_x.astype(x.dtype), d_a, d_b, None
+
+
+_adapter.defvjp(_adapter_fwd, _adapter_bwd)

@@ -176,6 +176,62 @@ def test_dropout_mask_independent_across_keys_and_positions():
     np.testing.assert_array_equal(a, dropout_keep_mask(jax.random.key(0), shape, 0.05)[0])
 
 
+def test_adapter_vjp_regenerates_the_forward_mask():
+    """The hand-written VJP (mask regenerated from its seeds) equals autodiff of the textbook
+    dropout adapter with the same mask, for every input, and agent -1 rows get nothing."""
+    k = jax.random.split(jax.random.key(7), 4)
+    x = jax.random.normal(k[0], (3, 5, H))
+    a = jax.random.normal(k[1], (4, H, 3))
+    b = jax.random.normal(k[2], (4, 3, 6))
+    ids = jnp.array([2, -1, 0])
+    g = jax.random.normal(k[3], (3, 5, 6))
+    rng = jax.random.key(11)
+
+    def textbook(x, a, b):
+        keep, kp = dropout_keep_mask(rng, x.shape, 0.3)
+        xd = jnp.where(keep, x / kp, 0)
+        on = ids >= 0
+        rows = jnp.where(on, ids, 0)
+        y = jnp.einsum("bti,bir,bro->bto", xd, a[rows], b[rows]) * 1.5
+        return jnp.where(on[:, None, None], y, 0)
+
+    ours = lambda x, a, b: lora_delta(x, a, b, ids, 1.5, dropout=0.3, rng=rng)
+    y, vjp = jax.vjp(ours, x, a, b)
+    y_ref, vjp_ref = jax.vjp(textbook, x, a, b)
+    np.testing.assert_allclose(y, y_ref, rtol=1e-5, atol=1e-5)
+    for got, want in zip(vjp(g), vjp_ref(g), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    dx, da, _ = vjp(g)
+    np.testing.assert_array_equal(dx[1], 0.0)
+    np.testing.assert_array_equal(da[1], 0.0)  # agent 1 is absent
+    np.testing.assert_array_equal(da[3], 0.0)
+
+
+def test_adapter_keeps_no_mask_or_dropped_copy_for_the_backward():
+    a = jax.random.normal(jax.random.key(1), (4, H, 3))
+    b = jax.random.normal(jax.random.key(2), (4, 3, H))
+    ids = jnp.array([0, 3])
+
+    def f(x):
+        def body(c, layer):
+            key = jax.random.fold_in(jax.random.key(0), layer)  # a new mask per layer
+            three = [
+                lora_delta(c, a, b, ids, 1.0, dropout=0.1, rng=jax.random.fold_in(key, m))
+                for m in range(3)
+            ]
+            return c + sum(three), None
+
+        return jnp.sum(jax.lax.scan(body, x, jnp.arange(5))[0])
+
+    _, res = jax.linearize(f, jnp.ones((2, 4, H)))
+    per_layer = [r for r in jax.tree.leaves(res) if getattr(r, "shape", (0,))[0] == 5]
+    # three adapters reading one input keep that input once, plus per adapter its [B, T, r]
+    # bottleneck and two uint32 seeds: no keep masks, no dropped copies of the input
+    assert sorted((r.shape, str(r.dtype)) for r in per_layer) == sorted(
+        [((5, 2, 4, H), "float32")] + [((5, 2, 4, 3), "float32"), ((5, 2), "uint32")] * 3
+    )
+
+
 def test_merge_equals_delta():
     w = _random_weights()
     base = _base_params()
