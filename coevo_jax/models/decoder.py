@@ -25,7 +25,7 @@ from flax import nnx, struct
 
 from coevo_jax.lora.weights import TARGET_MODULES, LoRAWeights, lora_delta
 from coevo_jax.models.config import ModelConfig
-from coevo_jax.models.ops import attend, linear
+from coevo_jax.models.ops import attend, embed_rows, linear, silu_mul
 from coevo_jax.models.rope import apply_rope, rope_cos_sin
 
 Params = dict[str, Any]
@@ -140,7 +140,7 @@ def _block(
     attn = attend(q, k, v, allowed, cfg.num_kv_heads)
     x = x + proj(attn, "o")
     h = rms_norm(x, lp["mlp_norm"], cfg.rms_norm_eps)
-    x = x + proj(jax.nn.silu(proj(h, "gate")) * proj(h, "up"), "down")
+    x = x + proj(silu_mul(proj(h, "gate"), proj(h, "up")), "down")
     return x, new_kv
 
 
@@ -293,7 +293,7 @@ def forward(
     if remat:
         body = jax.checkpoint(body)
 
-    x = _batch_constraint(params["embed"][input_ids].astype(compute_dtype))
+    x = _batch_constraint(embed_rows(params["embed"], input_ids).astype(compute_dtype))
     kv = None if cache is None else (cache.k, cache.v)
     found = {0: x}
     bounds = sorted({j for j in wanted.values() if 0 < j <= depth} | {depth})

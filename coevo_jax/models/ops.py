@@ -1,6 +1,7 @@
-"""Matmul and attention primitives of the decoder, with hand-written VJPs.
+"""Matmul, attention and activation primitives of the decoder, with hand-written VJPs.
 
-Both exist for XLA:CPU speed; neither changes the math (`benchmarks/NOTES.md`, policy step):
+All exist for XLA:CPU speed or memory; none changes the math (`benchmarks/NOTES.md`,
+policy step):
 
 * :func:`linear`: the projection. 16-bit operands are multiplied with fp32 accumulation and
   fp32 output in the forward and in both input gradients (XLA:CPU runs bf16 x bf16 -> fp32
@@ -10,9 +11,10 @@ Both exist for XLA:CPU speed; neither changes the math (`benchmarks/NOTES.md`, p
 * :func:`attend`: GQA softmax attention whose backward recomputes the probabilities from
   ``q``, ``k`` and the saved row max and sum (FlashAttention's backward, unblocked)
   instead of keeping the ``[B, H, T, S]`` probabilities of every layer for the backward.
+* :func:`silu_mul`: the gated MLP's ``silu(g) * u``, keeping only ``g`` and ``u``.
+* :func:`embed_rows`: the embedding lookup, gathering a 16-bit table as raw words.
 
-No library offers either for JAX on CPU, hence written here.
-"""
+No library offers these for JAX on CPU, hence written here."""
 
 from __future__ import annotations
 
@@ -38,6 +40,34 @@ def _pick(w: jax.Array, index: jax.Array | None) -> jax.Array:
         picked = jax.lax.dynamic_index_in_dim(bits, index, keepdims=False)
         return jax.lax.bitcast_convert_type(picked, w.dtype)
     return jax.lax.dynamic_index_in_dim(w, index, keepdims=False)
+
+
+@jax.custom_vjp
+def embed_rows(table: jax.Array, ids: jax.Array) -> jax.Array:
+    """``table[ids]``: rows of a ``[V, H]`` embedding for int ``ids`` ``[...]``, in its dtype.
+
+    A 16-bit table is gathered as raw 16-bit words, for the reason :func:`_pick` gives:
+    XLA:CPU would otherwise convert the whole table to fp32 on every call to gather a few
+    rows. Differentiable w.r.t. ``table`` (the rows' cotangents summed per id, in fp32).
+    """
+    if table.dtype.itemsize != 2:
+        return table[ids]
+    rows = jax.lax.bitcast_convert_type(table, jnp.uint16)[ids]
+    return jax.lax.bitcast_convert_type(rows, table.dtype)
+
+
+def _embed_rows_fwd(table, ids):
+    # The table itself is the residual (an input: no copy), for its shape and dtype.
+    return embed_rows(table, ids), (table, ids)
+
+
+def _embed_rows_bwd(res, g):
+    table, ids = res
+    d_table = jnp.zeros(table.shape, jnp.float32).at[ids].add(g.astype(jnp.float32))
+    return d_table.astype(table.dtype), np.zeros(ids.shape, jax.dtypes.float0)
+
+
+embed_rows.defvjp(_embed_rows_fwd, _embed_rows_bwd)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
@@ -203,3 +233,28 @@ def attend(
     out = _attend_core(qh, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), allowed)
     out = out.reshape(b, num_kv_heads, t, g, d).transpose(0, 2, 1, 3, 4)
     return out.reshape(b, t, n_heads * d)
+
+
+@jax.custom_vjp
+def silu_mul(g: jax.Array, u: jax.Array) -> jax.Array:
+    """The gated MLP's ``silu(g) * u`` (same shapes and dtype), differentiable in both.
+
+    The backward keeps only ``g`` and ``u`` and recomputes ``sigmoid(g)``. JAX's own VJP
+    keeps ``sigmoid(g)`` and ``silu(g)`` beside them: two more ``[B, T, intermediate]``
+    tensors per layer, the widest activations of the block.
+    """
+    return jax.nn.silu(g) * u
+
+
+def _silu_mul_fwd(g, u):
+    return silu_mul(g, u), (g, u)
+
+
+def _silu_mul_bwd(res, d):
+    g, u = res
+    s = jax.nn.sigmoid(g)
+    # d silu(g) / dg = s + g s (1 - s)
+    return d * u * (s * (1 + g * (1 - s))), d * (g * s)
+
+
+silu_mul.defvjp(_silu_mul_fwd, _silu_mul_bwd)

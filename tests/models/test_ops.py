@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from jax.extend.core import jaxprs_in_params
 
-from coevo_jax.models.ops import MASK_VALUE, attend, linear
+from coevo_jax.models.ops import MASK_VALUE, attend, embed_rows, linear, silu_mul
 
 
 def _rounded(x):
@@ -134,3 +134,51 @@ def test_attend_saves_no_probabilities_for_the_backward(remat):
     shapes = {tuple(x.shape) for x in jax.tree.leaves(res) if hasattr(x, "shape")}
     # a stack of per-layer probabilities would be [3, 2, nKV, G, 16, 16] (>= 3 * 2 * 4 * 256)
     assert not any(s[-2:] == (16, 16) and np.prod(s) >= 3 * 2 * 4 * 256 for s in shapes), shapes
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_silu_mul_value_and_gradients_match_autodiff(dtype):
+    k = jax.random.split(jax.random.key(3), 3)
+    g, u, d = (jax.random.normal(ki, (2, 7, 12), dtype) * 3 for ki in k)
+    y, vjp = jax.vjp(silu_mul, g, u)
+    y_ref, vjp_ref = jax.vjp(lambda g, u: jax.nn.silu(g) * u, g, u)
+    tol = 1e-6 if dtype == jnp.float32 else 2e-2
+    assert y.dtype == dtype
+    np.testing.assert_allclose(np.asarray(y, np.float32), np.asarray(y_ref, np.float32), rtol=tol)
+    for got, want in zip(vjp(d), vjp_ref(d), strict=True):
+        assert got.dtype == dtype
+        np.testing.assert_allclose(
+            np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=tol, atol=tol
+        )
+
+
+def test_silu_mul_keeps_only_its_inputs_for_the_backward():
+    def f(x):
+        body = lambda c, _: (silu_mul(c, jnp.sin(c)), None)
+        return jnp.sum(jax.lax.scan(body, x, None, length=3)[0])
+
+    _, res = jax.linearize(f, jnp.ones((2, 5)))
+    stacks = [r for r in jax.tree.leaves(res) if getattr(r, "shape", None) == (3, 2, 5)]
+    # c and sin(c) for silu_mul, cos(c) for sin; autodiff of silu(g) * u keeps 5
+    assert len(stacks) == 3
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
+def test_embed_rows_equals_indexing_bit_for_bit(dtype):
+    table = jax.random.normal(jax.random.key(4), (50, 8)).astype(dtype)
+    ids = jnp.array([[0, 49, 3], [7, 7, 1]])
+    got = jax.jit(embed_rows)(table, ids)
+    assert got.dtype == dtype and got.shape == (2, 3, 8)
+    np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(table[ids], np.float32))
+
+
+def test_embed_rows_gradient_sums_the_rows_cotangents():
+    table = jax.random.normal(jax.random.key(5), (6, 4)).astype(jnp.bfloat16)
+    ids = jnp.array([[1, 1, 5]])
+    g = jax.random.normal(jax.random.key(6), (1, 3, 4)).astype(jnp.bfloat16)
+    got = jax.vjp(embed_rows, table, ids)[1](g)[0]
+    want = jax.vjp(lambda t: t[ids], table)[1](g)[0]
+    assert got.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=1e-2)
+    assert float(jnp.abs(got[1].astype(jnp.float32)).sum()) > 0
+    np.testing.assert_array_equal(np.asarray(got[0], np.float32), 0.0)
