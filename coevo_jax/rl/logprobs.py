@@ -86,6 +86,53 @@ def _lm_head(params: dict[str, Any], cfg: ModelConfig, dtype: Any) -> jax.Array:
     return params["lm_head"].astype(dtype)
 
 
+def _fold(v: int) -> int:
+    """Lane count ``c`` for :func:`_exp_sums`, a divisor of ``v``; 1 = do not fold.
+
+    Preferred: a multiple of 16 (whole vector registers) near 384 that leaves at most 512
+    terms per lane; else the divisor up to 4096 that leaves the fewest terms per lane.
+    """
+    if v < 4096:
+        return 1
+    divisors = [c for c in range(128, 4097) if v % c == 0]
+    aligned = [c for c in divisors if c % 16 == 0 and v // c <= 512]
+    if aligned:
+        return min(aligned, key=lambda c: abs(c - 384))
+    return max(divisors, default=1)
+
+
+def _exp_sums(logits: jax.Array, m: jax.Array, with_el: bool) -> tuple[jax.Array, jax.Array | None]:
+    """``sum_v e`` and (if ``with_el``) ``sum_v e * l`` with ``e = exp(l - m)``, fp32.
+
+    ``logits`` ``[..., V]``, ``m`` ``[..., 1]``; returns ``[...]`` each. XLA:CPU hands a
+    plain row sum over V to YNNPACK, which runs it at ~5 ns per element (0.8 s of a ~9 s
+    SmolLM2 policy step). Here the vocabulary axis is folded to ``[V / c, c]`` and summed
+    over ``V / c`` first: a reduction over a non-minor axis, vectorised along the ``c``
+    lanes, then ``c`` lane totals. With the entropy, both sums are one variadic reduce, so
+    ``e`` is recomputed on the fly instead of stored. Each lane adds only ``V / c`` terms,
+    so the rounding stays at the pairwise sum's level (2.5e-7 relative on SmolLM2's
+    49152-token vocabulary, against 1e-4 for a variadic reduce over all of V).
+    """
+    *lead, v = logits.shape
+    c = _fold(v)
+    if c == 1:
+        e = jnp.exp(logits - m)
+        return jnp.sum(e, axis=-1), jnp.sum(e * logits, axis=-1) if with_el else None
+    lf = logits.reshape(*lead, v // c, c)
+    e = jnp.exp(lf - m[..., None])
+    axis = len(lead)
+    if not with_el:
+        # Lane sums, then a dot with ones rather than a second reduce: XLA would merge two
+        # reduces back into one over all of V, which YNNPACK runs ~10x slower.
+        lanes = jnp.sum(e, axis=axis)
+        return jnp.einsum("...c,c->...", lanes, jnp.ones((c,), jnp.float32)), None
+    zero = jnp.float32(0)
+    s, s_el = jax.lax.reduce(
+        (e, e * lf), (zero, zero), lambda a, b: (a[0] + b[0], a[1] + b[1]), (axis,)
+    )
+    return jnp.sum(s, axis=-1), jnp.sum(s_el, axis=-1)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
 def _head_logprobs(
     h: jax.Array, head: jax.Array, tgt: jax.Array, with_entropy: bool
@@ -105,11 +152,10 @@ def _head_logprobs_fwd(h, head, tgt, with_entropy):
         "bth,hv->btv", h.astype(head.dtype), head, preferred_element_type=jnp.float32
     )
     m = jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
-    e = jnp.exp(logits - m)
-    s = jnp.sum(e, axis=-1)
+    s, s_el = _exp_sums(logits, m, with_entropy)
     lse = m[..., 0] + jnp.log(s)
     picked = jnp.take_along_axis(logits, tgt[..., None], axis=-1)[..., 0]
-    ent = lse - jnp.sum(e * logits, axis=-1) / s if with_entropy else None
+    ent = lse - s_el / s if with_entropy else None
     return (picked - lse, ent), (h, head, tgt, logits, lse)
 
 

@@ -108,3 +108,39 @@ def test_batch_check_names_the_field():
         bad.check()
     b.check()
     assert isinstance(b, PolicyBatch)
+
+
+@pytest.mark.parametrize("vocab", [49152, 151936, 1000])
+def test_exp_sums_fold_keeps_pairwise_precision(vocab):
+    from coevo_jax.rl.logprobs import _exp_sums, _fold
+
+    # SmolLM2's vocabulary folds to 384 lanes, Qwen's (128 x 1187) to 2374; 1000 is too small.
+    assert _fold(vocab) == {49152: 384, 151936: 2374, 1000: 1}[vocab]
+    rng = np.random.default_rng(3)
+    logits = rng.normal(0, 4, (2, 3, vocab)).astype(np.float32)
+    m = logits.max(-1, keepdims=True)
+    e = np.exp(logits.astype(np.float64) - m)
+    for with_el in (True, False):
+        s, s_el = jax.jit(_exp_sums, static_argnums=2)(jnp.asarray(logits), jnp.asarray(m), with_el)
+        np.testing.assert_allclose(np.asarray(s), e.sum(-1), rtol=1e-6)
+        if with_el:
+            np.testing.assert_allclose(np.asarray(s_el), (e * logits).sum(-1), rtol=1e-6)
+        else:
+            assert s_el is None
+
+
+def test_folded_vocabulary_matches_log_softmax():
+    rng = np.random.default_rng(4)
+    h = jnp.asarray(rng.normal(size=(2, 5, 16)), jnp.float32)
+    w = jnp.asarray(rng.normal(size=(16, 4608)), jnp.float32)  # folds to 384 lanes
+    tgt = jnp.asarray(rng.integers(0, 4608, (2, 5)))
+    lp, ent = jax.jit(lambda h, w: token_logprobs(h, w, tgt))(h, w)
+    ls = jax.nn.log_softmax(h @ w, -1)
+    want = jnp.take_along_axis(ls, tgt[..., None], -1)[..., 0]
+    np.testing.assert_allclose(np.asarray(lp), np.asarray(want), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(ent), np.asarray(-(jnp.exp(ls) * ls).sum(-1)), rtol=1e-5, atol=1e-6
+    )
+    lp_ref, none = jax.jit(lambda h, w: token_logprobs(h, w, tgt, with_entropy=False))(h, w)
+    assert none is None
+    np.testing.assert_allclose(np.asarray(lp_ref), np.asarray(want), rtol=1e-6, atol=1e-6)
