@@ -29,6 +29,8 @@ from coevo_jax.models.ops import attend, embed_rows, linear, silu_mul
 from coevo_jax.models.rope import apply_rope, rope_cos_sin
 
 Params = dict[str, Any]
+# Query blocks of the cache-free (training / scoring) attention: `ops.attend`.
+_CAUSAL_BLOCKS = 4
 
 
 # Vector params: scales of fp32 statistics, never matmul operands.
@@ -137,7 +139,10 @@ def _block(
         new_kv = (ck, cv)
         k = jax.lax.dynamic_index_in_dim(ck, layer, 0, keepdims=False).astype(cd)
         v = jax.lax.dynamic_index_in_dim(cv, layer, 0, keepdims=False).astype(cd)
-    attn = attend(q, k, v, allowed, cfg.num_kv_heads)
+    # Without a cache, queries and keys are the same T slots and `allowed` is causal, so
+    # query blocks can skip the keys after them.
+    blocks = _CAUSAL_BLOCKS if kv is None else 1
+    attn = attend(q, k, v, allowed, cfg.num_kv_heads, causal_blocks=blocks)
     x = x + proj(attn, "o")
     h = rms_norm(x, lp["mlp_norm"], cfg.rms_norm_eps)
     x = x + proj(silu_mul(proj(h, "gate"), proj(h, "up")), "down")

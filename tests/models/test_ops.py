@@ -118,6 +118,27 @@ def test_attend_bf16_is_close_and_keeps_dtypes():
     assert [x.dtype for x in grads] == [jnp.bfloat16] * 3
 
 
+@pytest.mark.parametrize("blocks", [2, 3, 16])
+def test_causal_blocks_match_full_attention(blocks):
+    """Query blocks that skip the keys after them equal full causal attention (values and
+    gradients) on every row that sees a key; row 0 of batch 1 is left padding."""
+    q, k, v, _, n_kv = _attention_inputs(3, t=16, s=16)
+    causal = jnp.tril(jnp.ones((16, 16), bool))
+    pad = jnp.arange(16)[None, :] >= jnp.array([[0], [3]])  # batch 1: 3 pad slots
+    allowed = causal[None] & pad[:, None, :]
+    seen = np.asarray(allowed.any(-1))  # [B, T] rows with a visible key
+    g = jax.random.normal(jax.random.key(8), (2, 16, q.shape[2] * q.shape[3])) * seen[..., None]
+    full = lambda q, k, v: attend(q, k, v, allowed, n_kv)
+    part = lambda q, k, v: attend(q, k, v, allowed, n_kv, causal_blocks=blocks)
+    out, vjp = jax.vjp(part, q, k, v)
+    ref, ref_vjp = jax.vjp(full, q, k, v)
+    np.testing.assert_allclose(np.asarray(out)[seen], np.asarray(ref)[seen], rtol=1e-5, atol=1e-6)
+    for a, b in zip(vjp(g), ref_vjp(g), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="as many keys as queries"):
+        attend(q[:, :8], k, v, allowed[:, :8], n_kv, causal_blocks=2)
+
+
 @pytest.mark.parametrize("remat", [False, True])
 def test_attend_saves_no_probabilities_for_the_backward(remat):
     """Residuals of a layer scan hold q, k, v and row statistics, not [B, H, T, S]."""
