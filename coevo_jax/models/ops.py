@@ -161,6 +161,12 @@ def _scores(q: jax.Array, k: jax.Array, allowed: jax.Array) -> jax.Array:
     return _masked(s * (q.shape[-1] ** -0.5), allowed, MASK_VALUE)
 
 
+def _rows_t(x: jax.Array, y: jax.Array) -> jax.Array:
+    """``y^T x`` over the row axis: ``x [B, K, R, D]``, ``y [B, K, R, S]`` -> fp32 ``[B, K, S, D]``."""
+    out = jnp.einsum("bkrd,bkrs->bkds", x, y, preferred_element_type=jnp.float32)
+    return jnp.swapaxes(out, 2, 3)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
 def _attend_core(
     q: jax.Array,
@@ -211,14 +217,16 @@ def _attend_bwd(spans, res, d_out):
         qi, ki, vi, ai = q[:, :, rows], k[:, :, :s1], v[:, :, :s1], allowed[:, t0:t1, :s1]
         p = jnp.exp(_scores(qi, ki, ai) - m[:, :, rows]) / den[:, :, rows]
         do = d_out[:, :, rows]
-        dv_i = jnp.einsum("bkrs,bkrd->bksd", p.astype(v.dtype), do, preferred_element_type=f32)
+        # dv and dk contract the query rows; XLA:CPU runs that product ~1.5x faster with the
+        # [D, S] output (YNNPACK) than with [S, D] (Eigen), and the transpose is small.
+        dv_i = _rows_t(do, p.astype(v.dtype))
         dp = jnp.einsum("bkrd,bksd->bkrs", do, vi, preferred_element_type=f32)
         ds = p * (dp - delta[:, :, rows]) * (q.shape[-1] ** -0.5)
         # A masked score is a constant: no gradient. This matters for a query that sees no
         # key (left padding), whose uniform p is nonzero on masked entries.
         ds = _masked(ds, ai, 0.0).astype(q.dtype)
         dqs.append(jnp.einsum("bkrs,bksd->bkrd", ds, ki, preferred_element_type=f32))
-        dk_i = jnp.einsum("bkrs,bkrd->bksd", ds, qi, preferred_element_type=f32)
+        dk_i = _rows_t(qi, ds)
         dk = dk_i if s1 == k.shape[2] and len(spans) == 1 else dk.at[:, :, :s1].add(dk_i)
         dv = dv_i if s1 == v.shape[2] and len(spans) == 1 else dv.at[:, :, :s1].add(dv_i)
     dq = dqs[0] if len(dqs) == 1 else jnp.concatenate(dqs, axis=2)
