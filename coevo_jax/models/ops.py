@@ -204,8 +204,7 @@ def _attend_fwd(q, k, v, allowed, spans):
         outs.append(jnp.einsum("bkrs,bksd->bkrd", (e / den).astype(v.dtype), v[:, :, :s1]))
         ms.append(m)
         dens.append(den)
-    cat = lambda xs: xs[0] if len(xs) == 1 else jnp.concatenate(xs, axis=2)  # noqa: E731
-    out, m, den = cat(outs), cat(ms), cat(dens)
+    out, m, den = (jnp.concatenate(xs, axis=2) for xs in (outs, ms, dens))
     # The max and the sum, not m + log(den): for a query that sees no key, m is the mask
     # value and m + log(den) rounds back to m.
     return out, (q, k, v, allowed, m, den, out)
@@ -236,7 +235,7 @@ def _attend_bwd(spans, res, d_out):
         ds = _masked(ds, ai, 0.0).astype(q.dtype)
         dqs.append(jnp.einsum("bkrs,bksd->bkrd", ds, ki, preferred_element_type=f32))
         dks.append(_rows_t(qi, ds))
-    dq = dqs[0] if len(dqs) == 1 else jnp.concatenate(dqs, axis=2)
+    dq = jnp.concatenate(dqs, axis=2)
     dk, dv = _sum_key_prefixes(dks, k.shape), _sum_key_prefixes(dvs, v.shape)
     d_allowed = np.zeros(allowed.shape, jax.dtypes.float0)
     return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), d_allowed
