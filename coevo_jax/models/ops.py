@@ -143,8 +143,8 @@ def linear(
       ``[..., out]`` in ``h.dtype``. Differentiable w.r.t. ``h`` and ``w``.
     """
     md = jnp.dtype(h.dtype if matmul_dtype is None else matmul_dtype)
-    if md == jnp.float32 and h.dtype == jnp.float32:
-        return h @ _pick(w, index).astype(jnp.float32)
+    # fp32 products go through the same VJP: autodiff of `h @ w[index]` would keep each
+    # layer's weight slice as a residual, i.e. copy the whole stack per micro-batch.
     return _mixed_dot(h, w, index, md).astype(h.dtype)
 
 

@@ -74,6 +74,24 @@ def test_frozen_bf16_weights_form_no_weight_gradient_in_the_layer_scan():
     assert (8, 8) not in shapes  # no weight gradient
 
 
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_layer_scan_keeps_no_copy_of_the_weight_slices(dtype):
+    """The backward reads the loop-invariant stack; autodiff of ``h @ ws[i]`` would save
+    every layer's slice, i.e. a per-call copy of the whole stack."""
+    ws = jnp.ones((4, 8, 6), dtype)  # 4 layers, 3 scanned: a slice stack would be (3, 8, 6)
+
+    def f(h):
+        def body(h, i):
+            return jnp.tanh(linear(h, ws, index=i) @ jnp.ones((6, 8), dtype)), None
+
+        return jnp.sum(jax.lax.scan(body, h, jnp.arange(3))[0].astype(jnp.float32))
+
+    _, res = jax.linearize(f, jnp.ones((5, 8), dtype))
+    shapes = [getattr(r, "shape", None) for r in jax.tree.leaves(res)]
+    assert (3, 8, 6) not in shapes
+    assert (3, 5, 8) in shapes  # the per-layer inputs are kept, as they must be
+
+
 def _reference_attention(q, k, v, allowed, n_kv):
     """Textbook GQA attention: repeat k/v per group, masked softmax, autodiff backward."""
     g = q.shape[2] // n_kv
