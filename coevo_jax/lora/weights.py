@@ -116,7 +116,7 @@ def lora_delta(
     a: jax.Array,
     b: jax.Array,
     agent_ids: jax.Array,
-    scale: float,
+    scale: float | jax.Array,
     *,
     dropout: float = 0.0,
     rng: jax.Array | None = None,
@@ -128,7 +128,8 @@ def lora_delta(
       a: ``[N, in, r]`` this layer's A for every agent.
       b: ``[N, r, out]`` this layer's B for every agent.
       agent_ids: ``[B]`` int; -1 means adapter off, which yields exact zeros for that row.
-      scale: LoRA scaling.
+      scale: LoRA scaling, a number or a traced scalar (differentiable: it is folded into the
+        gathered ``B`` rows, ``[B, r, out]``, instead of scaling the ``[B, T, out]`` output).
       dropout: rate; applied only when ``rng`` is given (training).
       rng: PRNG key for dropout.
 
@@ -142,12 +143,12 @@ def lora_delta(
     on = agent_ids >= 0
     idx = jnp.where(on, agent_ids, 0)
     a_rows = a[idx].astype(x.dtype)
-    b_rows = b[idx].astype(x.dtype)
+    b_rows = (b[idx] * scale).astype(x.dtype)
     if dropout > 0.0 and rng is not None:
         seeds, threshold = _draw(rng, dropout)
     else:
         seeds, threshold = jnp.zeros((2,), jnp.uint32), 0
-    y = _adapter(x, a_rows, b_rows, seeds, float(scale), threshold)
+    y = _adapter(x, a_rows, b_rows, seeds, threshold)
     return jnp.where(on[:, None, None], y, jnp.zeros_like(y))
 
 
@@ -159,9 +160,9 @@ def _dropout(shape: tuple[int, ...], seeds: jax.Array, threshold: int):
     return lambda x: jnp.where(keep, x / jnp.asarray(keep_prob, x.dtype), 0)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def _adapter(x, a_rows, b_rows, seeds, scale, threshold):
-    """``scale * dropped(x) @ a_rows @ b_rows`` per row; ``threshold`` 0 = no dropout.
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _adapter(x, a_rows, b_rows, seeds, threshold):
+    """``dropped(x) @ a_rows @ b_rows`` per row; ``threshold`` 0 = no dropout.
 
     The hand-written VJP keeps ``x`` itself (shared by every module that reads the same
     input, e.g. q, k and v) and the ``[B, T, r]`` bottleneck, and regenerates the dropout
@@ -169,19 +170,18 @@ def _adapter(x, a_rows, b_rows, seeds, scale, threshold):
     and dropped copy of ``x``: 7 extra activation tensors per layer, about as many bytes as
     the rest of the layer's residuals (`benchmarks/NOTES.md`, sixth policy-step session).
     """
-    return _adapter_fwd(x, a_rows, b_rows, seeds, scale, threshold)[0]
+    return _adapter_fwd(x, a_rows, b_rows, seeds, threshold)[0]
 
 
-def _adapter_fwd(x, a_rows, b_rows, seeds, scale, threshold):
+def _adapter_fwd(x, a_rows, b_rows, seeds, threshold):
     h = jnp.einsum("bti,bir->btr", _dropout(x.shape, seeds, threshold)(x), a_rows)
-    y = jnp.einsum("btr,bro->bto", h, b_rows) * jnp.asarray(scale, x.dtype)
+    y = jnp.einsum("btr,bro->bto", h, b_rows)
     return y, (x, a_rows, b_rows, seeds, h)
 
 
-def _adapter_bwd(scale, threshold, res, g):
+def _adapter_bwd(threshold, res, g):
     x, a_rows, b_rows, seeds, h = res
     drop = _dropout(x.shape, seeds, threshold)  # the forward's mask, built once
-    g = g * jnp.asarray(scale, g.dtype)
     d_b = jnp.einsum("btr,bto->bro", h, g)
     d_h = jnp.einsum("bto,bro->btr", g, b_rows)
     # [B, r, in] then transposed: XLA:CPU runs this form ~2x faster than "bti,btr->bir".

@@ -207,6 +207,22 @@ def test_adapter_vjp_regenerates_the_forward_mask():
     np.testing.assert_array_equal(da[3], 0.0)
 
 
+def test_traced_scale_is_differentiable():
+    """A functional caller may pass the scale as an array (e.g. to sweep it under jit or
+    learn it); its gradient is sum(g * y / scale)."""
+    k = jax.random.split(jax.random.key(3), 4)
+    x = jax.random.normal(k[0], (2, 5, H))
+    a = jax.random.normal(k[1], (4, H, 3))
+    b = jax.random.normal(k[2], (4, 3, 6))
+    ids = jnp.array([1, -1])
+    g = jax.random.normal(k[3], (2, 5, 6))
+    f = jax.jit(lambda s: jnp.sum(g * lora_delta(x, a, b, ids, s)))
+    want = jnp.sum(g * lora_delta(x, a, b, ids, 1.5))
+    np.testing.assert_allclose(f(jnp.float32(1.5)), want, rtol=1e-6)
+    y1 = lora_delta(x, a, b, ids, 1.0)
+    np.testing.assert_allclose(jax.grad(f)(jnp.float32(1.5)), jnp.sum(g * y1), rtol=1e-5)
+
+
 def test_adapter_keeps_no_mask_or_dropped_copy_for_the_backward():
     a = jax.random.normal(jax.random.key(1), (4, H, 3))
     b = jax.random.normal(jax.random.key(2), (4, 3, H))
