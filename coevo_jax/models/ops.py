@@ -168,12 +168,14 @@ def _rows_t(x: jax.Array, y: jax.Array) -> jax.Array:
     return jnp.swapaxes(out, 2, 3)
 
 
-def _sum_key_prefixes(parts: list[jax.Array], shape: tuple[int, ...]) -> jax.Array:
-    """Sum of per-span key gradients ``[B, K, s1, D]``, each covering keys ``0..s1-1``."""
-    if len(parts) == 1 and parts[0].shape == tuple(shape):
-        return parts[0]
-    total = jnp.zeros(shape, jnp.float32)
-    for part in parts:
+def _sum_key_prefixes(parts: list[jax.Array]) -> jax.Array:
+    """Sum of per-span key gradients ``[B, K, s1, D]``, each covering keys ``0..s1-1``.
+
+    The last span always reaches every key (see :func:`attend`), so the others are added
+    into it: no zero-filled accumulator.
+    """
+    total = parts[-1]
+    for part in parts[:-1]:
         total = total.at[:, :, : part.shape[2]].add(part)
     return total
 
@@ -236,7 +238,7 @@ def _attend_bwd(spans, res, d_out):
         dqs.append(jnp.einsum("bkrs,bksd->bkrd", ds, ki, preferred_element_type=f32))
         dks.append(_rows_t(qi, ds))
     dq = jnp.concatenate(dqs, axis=2)
-    dk, dv = _sum_key_prefixes(dks, k.shape), _sum_key_prefixes(dvs, v.shape)
+    dk, dv = _sum_key_prefixes(dks), _sum_key_prefixes(dvs)
     d_allowed = np.zeros(allowed.shape, jax.dtypes.float0)
     return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), d_allowed
 
