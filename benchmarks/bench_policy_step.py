@@ -28,6 +28,10 @@ reference pass included). FLOPs are counted analytically (matmuls and attention;
 backward of a frozen matmul is one input-gradient matmul; rematerialisation is not counted)
 and compared with a measured fp32 matmul peak of this machine.
 
+Each ratio is given twice: from the contenders' median times, and as the median over rounds
+of each round's own ratio (``paired_ratios``; the two steps of a round run back to back, so
+the machine's drift over the run cancels).
+
 Run ``python -m benchmarks.bench_policy_step [--quick]``; results go to
 ``benchmarks/results/policy_step-*.json`` and a table is printed (ratio > 1 = JAX faster).
 """
@@ -330,14 +334,21 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
     # Like for like: fp32 against fp32, bf16 matmuls against PyTorch's bf16 autocast.
-    ratios = {}
+    # `paired`: the median over rounds of each round's own ratio. The two steps of a round
+    # run back to back, so the box's drift over the run (~20 % within an hour here) cancels.
+    ratios, paired = {}, {}
     for name in figures:
         if name.startswith("jax"):
             torch_name = TORCH_NAMES[name[4:].split("-")[0] != "fp32"]
             if torch_name in figures:
-                ratios[f"{name} / {torch_name}"] = (
-                    figures[torch_name]["median_s"] / figures[name]["median_s"]
-                )
+                key = f"{name} / {torch_name}"
+                ratios[key] = figures[torch_name]["median_s"] / figures[name]["median_s"]
+                per_round = [t / j for t, j in zip(times[torch_name], times[name], strict=True)]
+                paired[key] = {
+                    "median": statistics.median(per_round),
+                    "min": min(per_round),
+                    "max": max(per_round),
+                }
     config = {
         **vars(args),
         "completion_tokens_per_step": n_completion,
@@ -346,11 +357,22 @@ def main(argv: list[str] | None = None) -> int:
     }
     out = common.write_result(
         "policy_step",
-        {"config": config, "figures": figures, "ratios": ratios, "flops": flops, "peak": peak},
+        {
+            "config": config,
+            "figures": figures,
+            "ratios": ratios,
+            "paired_ratios": paired,
+            "flops": flops,
+            "peak": peak,
+        },
     )
     print(common.format_table(rows))
     for k, v in ratios.items():
-        print(f"ratio {k}: {v:.2f}x")
+        p = paired[k]
+        print(
+            f"ratio {k}: {v:.2f}x (medians); per round {p['median']:.2f}x"
+            f" [{p['min']:.2f}-{p['max']:.2f}]"
+        )
     print(
         f"step FLOPs {flops['total'] / 1e9:.0f} GFLOP; measured fp32 matmul peak {peak['peak_fp32_gflops']:.0f} GFLOP/s"
     )

@@ -218,24 +218,39 @@ def _best_jax(figs: Mapping[str, Any], key: Callable[[Mapping[str, Any]], float]
 
 
 def policy_step_figures(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Like for like only: JAX fp32 against TRL fp32, and the best JAX variant with bf16
+    matmuls (``mixed``, ``bf16``) against TRL under bf16 autocast (``*_bf16``)."""
     figs = rec["figures"]
     n = rec["config"]["completion_tokens_per_step"]
-    best = _best_jax(figs, lambda f: f["completion_tokens_per_s"])
-    torch_f = figs.get("torch-trl-peft")
-    jf = figs[best] if best else None
-    return [
-        figure(
-            "policy_step_tokens_per_s",
-            "completion tokens/s",
-            jf["completion_tokens_per_s"] if jf else None,
-            torch_f["completion_tokens_per_s"] if torch_f else None,
-            higher_is_better=True,
-            spread_jax=_rate_range(n, jf),
-            spread_pytorch=_rate_range(n, torch_f),
-            jax_variant=best,
-            baseline="transformers + PEFT + TRL GRPOTrainer._compute_loss",
+    out = []
+    for suffix, amp, torch_name, how in (
+        ("", False, "torch-trl-peft", ""),
+        ("_bf16", True, "torch-trl-peft-bf16", " under bf16 autocast"),
+    ):
+        mine = {k: v for k, v in figs.items() if k.startswith("jax") and _bf16_variant(k) == amp}
+        best = _best_jax(mine, lambda f: f["completion_tokens_per_s"])
+        if best is None:
+            continue
+        jf, torch_f = mine[best], figs.get(torch_name)
+        out.append(
+            figure(
+                f"policy_step_tokens_per_s{suffix}",
+                "completion tokens/s",
+                jf["completion_tokens_per_s"],
+                torch_f["completion_tokens_per_s"] if torch_f else None,
+                higher_is_better=True,
+                spread_jax=_rate_range(n, jf),
+                spread_pytorch=_rate_range(n, torch_f),
+                jax_variant=best,
+                baseline="transformers + PEFT + TRL GRPOTrainer._compute_loss" + how,
+            )
         )
-    ]
+    return out
+
+
+def _bf16_variant(name: str) -> bool:
+    """``jax-mixed``, ``jax-bf16-remat``, ...: bf16 matmuls; ``jax-fp32*``: not."""
+    return name.removeprefix("jax-").split("-")[0] != "fp32"
 
 
 def sampler_figures(rec: Mapping[str, Any]) -> list[dict[str, Any]]:

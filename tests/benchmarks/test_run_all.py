@@ -52,7 +52,9 @@ RECORDS = {
         "figures": {
             "jax-fp32": {**_summary([1.0, 2.0, 4.0]), "completion_tokens_per_s": 50.0},
             "jax-bf16": {**_summary([2.0, 2.0, 2.0]), "completion_tokens_per_s": 40.0},
+            "jax-mixed": {**_summary([1.0, 1.0, 1.0]), "completion_tokens_per_s": 100.0},
             "torch-trl-peft": {**_summary([4.0, 5.0, 8.0]), "completion_tokens_per_s": 20.0},
+            "torch-trl-peft-bf16": {**_summary([2.0, 4.0, 5.0]), "completion_tokens_per_s": 25.0},
         },
     },
     "sampler": {
@@ -163,11 +165,16 @@ def test_figures_ratios_and_spreads_from_records():
     check_schema(result)
     f = {x["name"]: x for x in result["figures"]}
 
-    ps = f["policy_step_tokens_per_s"]  # throughput: best JAX variant, ratio jax / pytorch
+    # throughput, like for like: the fastest JAX variant (jax-mixed) is not set against TRL
+    # fp32 but against TRL under autocast; fp32 against fp32.
+    ps = f["policy_step_tokens_per_s"]
     assert (ps["jax"], ps["pytorch"], ps["jax_variant"]) == (50.0, 20.0, "jax-fp32")
     assert ps["ratio"] == pytest.approx(2.5)
     assert ps["spread"]["jax"] == pytest.approx([25.0, 100.0])  # 100 tokens / [4 s, 1 s]
     assert ps["spread"]["pytorch"] == pytest.approx([12.5, 25.0])
+    bf = f["policy_step_tokens_per_s_bf16"]
+    assert (bf["jax"], bf["pytorch"], bf["jax_variant"]) == (100.0, 25.0, "jax-mixed")
+    assert bf["ratio"] == pytest.approx(4.0) and "autocast" in bf["baseline"]
 
     assert f["sampler_prefill_tokens_per_s"]["ratio"] == pytest.approx(2.0)
     assert f["sampler_prefill_tokens_per_s"]["spread"]["jax"] == pytest.approx([50.0, 200.0])
