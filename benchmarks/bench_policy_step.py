@@ -221,6 +221,12 @@ PRECISIONS = {
 TORCH_NAMES = {False: "torch-trl-peft", True: "torch-trl-peft-bf16"}
 
 
+def torch_counterpart(jax_name: str) -> str:
+    """The PyTorch contender a JAX variant (``jax-fp32``, ``jax-mixed-remat``, ...) is set
+    against: fp32 against fp32, bf16 matmuls (``mixed``, ``bf16``) against bf16 autocast."""
+    return TORCH_NAMES[jax_name.removeprefix("jax-").split("-")[0] != "fp32"]
+
+
 def torch_runner(data, *, n_agents: int, rank: int, autocast: bool = False):
     import torch
     import transformers
@@ -339,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     ratios, paired = {}, {}
     for name in figures:
         if name.startswith("jax"):
-            torch_name = TORCH_NAMES[name[4:].split("-")[0] != "fp32"]
+            torch_name = torch_counterpart(name)
             if torch_name in figures:
                 key = f"{name} / {torch_name}"
                 ratios[key] = figures[torch_name]["median_s"] / figures[name]["median_s"]

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import common
+from benchmarks.bench_policy_step import TORCH_NAMES, torch_counterpart
 
 SCHEMA = common.ROOT / "results_schema.json"
 
@@ -223,11 +224,15 @@ def policy_step_figures(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
     figs = rec["figures"]
     n = rec["config"]["completion_tokens_per_step"]
     out = []
-    for suffix, amp, torch_name, how in (
-        ("", False, "torch-trl-peft", ""),
-        ("_bf16", True, "torch-trl-peft-bf16", " under bf16 autocast"),
+    for suffix, torch_name, how in (
+        ("", TORCH_NAMES[False], ""),
+        ("_bf16", TORCH_NAMES[True], " under bf16 autocast"),
     ):
-        mine = {k: v for k, v in figs.items() if k.startswith("jax") and _bf16_variant(k) == amp}
+        mine = {
+            k: v
+            for k, v in figs.items()
+            if k.startswith("jax") and torch_counterpart(k) == torch_name
+        }
         best = _best_jax(mine, lambda f: f["completion_tokens_per_s"])
         if best is None:
             continue
@@ -246,11 +251,6 @@ def policy_step_figures(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
             )
         )
     return out
-
-
-def _bf16_variant(name: str) -> bool:
-    """``jax-mixed``, ``jax-bf16-remat``, ...: bf16 matmuls; ``jax-fp32*``: not."""
-    return name.removeprefix("jax-").split("-")[0] != "fp32"
 
 
 def sampler_figures(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
