@@ -10,7 +10,11 @@ per agent.
 * **JAX** (``coevo_jax.rl.train_step``): one jitted step: per micro-batch (4 of 2 rows by
   default, ``--micro-batches``; the accumulation is exact) an adapter-off reference forward,
   one forward + backward in which every row uses its own agent's adapter; then a per-agent
-  AdamW update vmapped over the agent axis.
+  AdamW update vmapped over the agent axis. With ``--length-buckets 4`` (the default) the
+  rows are sorted by length and each micro-batch runs at the narrowest of 4 compiled
+  completion widths that holds its rows (``RLConfig.length_buckets``): here the 4 rows that
+  stop 48 tokens early share two micro-batches of 64 + 144 positions. The PyTorch side
+  computes on its padding, as TRL does; ``--length-buckets 1`` makes JAX do the same.
 * **PyTorch**: transformers (GGUF loader) + PEFT with 4 named adapters + TRL 1.16, the way a
   TRL user trains several adapters: TRL's fused LM head (``add_fused_lm_head``, as
   ``GRPOTrainer`` installs it), and per agent: ``set_adapter``, the reference log-probs
@@ -150,6 +154,7 @@ def jax_runner(
     rank: int,
     micro_batches: int = 1,
     matmul_dtype: str | None = None,
+    length_buckets: int = 1,
 ):
     import jax
     import jax.numpy as jnp
@@ -183,6 +188,7 @@ def jax_runner(
         loss_type="grpo",
         beta=1e-4,
         micro_batches=micro_batches,
+        length_buckets=length_buckets,
     )
     state = init_policy_state(lora, rl, jax.random.key(1))
     batch = PolicyBatch(
@@ -276,6 +282,13 @@ def main(argv: list[str] | None = None) -> int:
         help="JAX gradient-accumulation micro-batches per step (4 = 2 sequences each, the "
         "granularity the PyTorch side runs at: one agent's 2 sequences per pass)",
     )
+    ap.add_argument(
+        "--length-buckets",
+        type=int,
+        default=4,
+        help="RLConfig.length_buckets: micro-batches run at the narrowest of this many "
+        "completion widths that holds their rows (1 = always the full width, as PyTorch does)",
+    )
     ap.add_argument("--no-torch", action="store_true", help="JAX only")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = default)")
     args = ap.parse_args(argv)
@@ -305,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
             n_agents=args.agents,
             rank=args.rank,
             micro_batches=args.micro_batches,
+            length_buckets=args.length_buckets,
         )
         contenders[f"jax-{v}"] = run
         setup[f"jax-{v}"] = compile_s

@@ -37,6 +37,11 @@ class RLConfig:
         buffer (activations kept for the backward) afresh on every call, and faulting in
         gigabytes of new pages costs seconds (``benchmarks/NOTES.md``, policy step).
       max_completion_length: ``dr_grpo``'s constant denominator; None = the padded length T.
+      length_buckets: > 1 lets the step skip completion padding: rows are sorted by length
+        and each micro-batch runs at the narrowest of this many widths
+        (``ceil(j T / length_buckets)``) that holds its longest completion, or not at all
+        when it holds only padding rows (``coevo_jax.rl.buckets``). The result is the
+        same; the step compiles once per width. 1 = every micro-batch at the full width.
       remat: rematerialise decoder blocks in the backward pass.
       compute_dtype: ``"bfloat16"`` or ``"float32"`` activation dtype (log-softmax is fp32).
       matmul_dtype: ``"bfloat16"``, ``"float32"`` or None (= ``compute_dtype``): operand
@@ -67,6 +72,7 @@ class RLConfig:
     max_grad_norm: float = 1.0
     micro_batches: int = 1
     max_completion_length: int | None = None
+    length_buckets: int = 1
     remat: bool = True
     compute_dtype: str = "bfloat16"
     matmul_dtype: str | None = None
@@ -104,6 +110,8 @@ class RLConfig:
             raise ValueError(
                 f"max_completion_length must be >= 1, got {self.max_completion_length}"
             )
+        if self.length_buckets < 1:
+            raise ValueError(f"length_buckets must be >= 1, got {self.length_buckets}")
         if self.compute_dtype not in ("bfloat16", "float32"):
             raise ValueError(
                 f"compute_dtype must be bfloat16 or float32, got {self.compute_dtype!r}"

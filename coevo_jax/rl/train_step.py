@@ -15,7 +15,11 @@ a batch whose sequences may belong to any of them, and:
    they are computed for the whole batch first and every micro-batch's numerator is divided
    by the *global* per-agent denominator: the accumulated gradient equals the full-batch
    gradient exactly (up to summation order), whatever the token counts per micro-batch;
-4. applies AdamW with global-norm clipping, vmapped over the agent axis: every agent has its
+4. with ``length_buckets > 1``, sorts the rows by completion length and runs each
+   micro-batch at the narrowest of a few compiled widths that holds its rows, skipping
+   micro-batches of padding rows outright (``coevo_jax.rl.buckets``): rollouts stop early,
+   so much of a batch padded to the generation budget is padding;
+5. applies AdamW with global-norm clipping, vmapped over the agent axis: every agent has its
    own optimizer state, step count and so its own warmup + cosine schedule, counted in its
    own updates. Agents without a sequence in the batch keep params, moments and counts
    bit-for-bit (``jnp.where`` on the agent axis), so there is no Adam drift.
@@ -40,6 +44,7 @@ from flax import struct
 from coevo_jax.lora.weights import LoRAWeights
 from coevo_jax.models import ModelConfig
 from coevo_jax.models.decoder import cast_matrices
+from coevo_jax.rl import buckets
 from coevo_jax.rl.config import RLConfig
 from coevo_jax.rl.logprobs import PolicyBatch, sequence_logprobs
 from coevo_jax.rl.losses import policy_loss_terms
@@ -141,7 +146,10 @@ def policy_gradients(
       lora: stacked adapters (the params differentiated).
       params: frozen backbone params (never differentiated).
       batch: a :class:`PolicyBatch` of ``B`` sequences; ``B`` must divide by
-        ``rl_cfg.micro_batches``. Rows with agent id -1 are padding.
+        ``rl_cfg.micro_batches``. Rows with agent id -1 are padding. With
+        ``rl_cfg.length_buckets > 1`` the rows are regrouped longest first before they are
+        split into micro-batches, and each micro-batch runs on the completion columns its
+        rows need, rounded up to a bucket width.
       rng: PRNG key for LoRA dropout (unused when the dropout rate is 0).
       model_cfg, rl_cfg: static configs.
       chunk_size: vocabulary-projection chunk over completion positions (0 = whole).
@@ -157,6 +165,7 @@ def policy_gradients(
     if b_total % k:
         raise ValueError(f"batch size {b_total} does not divide into {k} micro-batches")
     n_agents = lora.n_agents
+    t_full = batch.completion_ids.shape[1]
     cd = jnp.dtype(rl_cfg.compute_dtype)
     md = jnp.dtype(rl_cfg.matmul_dtype or rl_cfg.compute_dtype)
     # The backbone is frozen: cast its matrices to the matmul dtype once per step, not once
@@ -168,7 +177,8 @@ def policy_gradients(
         beta=rl_cfg.beta,
         level=rl_cfg.level,
         loss_type=rl_cfg.loss_type,
-        max_completion_length=rl_cfg.max_completion_length,
+        # Explicit, so that a micro-batch trimmed to a narrower width keeps dr_grpo's T.
+        max_completion_length=rl_cfg.max_completion_length or t_full,
     )
     need_ref = rl_cfg.beta != 0.0 or batch.ref_logp is not None
     onehot = (batch.agent_ids[:, None] == jnp.arange(n_agents)[None]).astype(jnp.float32)  # [B, N]
@@ -188,11 +198,17 @@ def policy_gradients(
     agent_denom = jnp.maximum(onehot.T @ denom, 1.0)  # [N]
     inv_denom = onehot @ (1.0 / agent_denom)  # [B]; 0 on padding rows
 
-    dropout_on = lora.dropout > 0.0
-    micro = jax.tree.map(lambda x: _split_micro(x, k), batch)
+    widths = buckets.bucket_widths(t_full, rl_cfg.length_buckets)
+    lengths = buckets.needed_lengths(batch.completion_mask, batch.agent_ids)
+    rows = (batch, inv_denom, onehot, lengths)
+    if len(widths) > 2:
+        # Rows of similar length share micro-batches; sums over rows do not see the order.
+        order = buckets.longest_first(lengths)
+        rows = jax.tree.map(lambda x: x[order], rows)
 
-    def micro_step(grads_acc, xs):
-        mb, inv, oh, i = xs
+    dropout_on = lora.dropout > 0.0
+
+    def micro_grads(mb, inv, oh, i):
         ref_logp = mb.ref_logp
         if need_ref and ref_logp is None:
             ref_logp, _ = sequence_logprobs(
@@ -231,14 +247,42 @@ def policy_gradients(
             return jnp.sum(terms.numer * inv), terms
 
         grads, terms = jax.grad(loss_fn, has_aux=True)(lora.params)
-        grads_acc = jax.tree.map(jnp.add, grads_acc, grads)
         sums = {name: oh.T @ v for name, v in terms.sums.items()}
         counts = {name: oh.T @ v for name, v in terms.counts.items()}
         sums["loss"] = oh.T @ (terms.numer * inv)
-        return grads_acc, (sums, counts)
+        return grads, (sums, counts)
+
+    def at_width(w):
+        """``micro_grads`` on the first ``w`` completion columns (0: a skipped micro-batch)."""
+
+        def run(mb, inv, oh, i):
+            if w == t_full:
+                return micro_grads(mb, inv, oh, i)
+            if w == 0:
+                shapes = jax.eval_shape(micro_grads, mb, inv, oh, i)
+                return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+            cut = lambda x: None if x is None else x[:, :w]
+            mb = mb.replace(
+                completion_ids=cut(mb.completion_ids),
+                completion_mask=cut(mb.completion_mask),
+                old_logp=cut(mb.old_logp),
+                ref_logp=cut(mb.ref_logp),
+            )
+            return micro_grads(mb, inv, oh, i)
+
+        return run
+
+    def micro_step(grads_acc, xs):
+        (mb, inv, oh, need), i = xs
+        if len(widths) > 2:
+            j = buckets.bucket_index(jnp.max(need), widths)
+            grads, out = jax.lax.switch(j, [at_width(w) for w in widths], mb, inv, oh, i)
+        else:
+            grads, out = micro_grads(mb, inv, oh, i)
+        return jax.tree.map(jnp.add, grads_acc, grads), out
 
     zero_grads = jax.tree.map(jnp.zeros_like, lora.params)
-    xs = (micro, _split_micro(inv_denom, k), _split_micro(onehot, k), jnp.arange(k))
+    xs = (jax.tree.map(lambda x: _split_micro(x, k), rows), jnp.arange(k))
     grads, (sums, counts) = jax.lax.scan(micro_step, zero_grads, xs)
     metrics = {"loss": sums.pop("loss").sum(0)}
     for name, s in sums.items():
