@@ -29,8 +29,10 @@ fp32 master weights). Each JAX variant's ratio is against its like.
 
 Throughput = completion tokens per step / wall time of the step (forward + backward + update,
 reference pass included). FLOPs are counted analytically (matmuls and attention; the
-backward of a frozen matmul is one input-gradient matmul; rematerialisation is not counted)
-and compared with a measured fp32 matmul peak of this machine.
+backward of a frozen matmul is one input-gradient matmul; rematerialisation is not counted):
+``total`` for the padded batch, which PyTorch runs, and ``jax_executed`` for the positions
+the JAX step's length buckets keep; each side's FLOP rate is over its own work and is
+compared with a measured fp32 matmul peak of this machine.
 
 Each ratio is given twice: from the contenders' median times, and as the median over rounds
 of each round's own ratio (``paired_ratios``; the two steps of a round run back to back, so
@@ -99,6 +101,26 @@ def step_flops(
         "policy_bwd": float(policy_bwd),
         "per_completion_token": float(total) / max(n_completion, 1),
     }
+
+
+def executed_flops(cfg, data, *, micro_batches: int, length_buckets: int, rank: int) -> float:
+    """FLOPs the JAX step runs: :func:`step_flops` per micro-batch at the completion width
+    ``RLConfig.length_buckets`` gives it (all micro-batches at full width when it is 1)."""
+    from coevo_jax.rl import buckets
+
+    mask, agents = data["completion_mask"], data["agent_ids"]
+    n_seq, t_len = mask.shape
+    p_len = data["prompt_ids"].shape[1]
+    lengths = np.asarray(buckets.needed_lengths(mask, agents))
+    widths = buckets.bucket_widths(t_len, length_buckets)
+    if len(widths) > 2:
+        lengths = lengths[np.asarray(buckets.longest_first(lengths))]
+    total = 0.0
+    for part in np.split(lengths, micro_batches):
+        w = widths[int(buckets.bucket_index(part.max(), widths))] if len(widths) > 2 else t_len
+        if w:
+            total += step_flops(cfg, len(part), p_len, w, 1, rank)["total"]
+    return total
 
 
 def measure_matmul_peak(seconds: float = 3.0) -> dict[str, float]:
@@ -332,10 +354,20 @@ def main(argv: list[str] | None = None) -> int:
     # Every runner has already made one untimed call (compile / allocator warm-up) above.
     times = common.interleaved(contenders, args.repeats, warmup=0)
     flops = step_flops(cfg, args.sequences, args.prompt, args.completion, n_completion, args.rank)
+    # PyTorch computes on every padded position; the JAX step skips the padding its length
+    # buckets cut off, so its FLOP rate is over the work it does.
+    flops["jax_executed"] = executed_flops(
+        cfg,
+        data,
+        micro_batches=args.micro_batches,
+        length_buckets=args.length_buckets,
+        rank=args.rank,
+    )
     figures, rows = {}, []
     for name, ts in times.items():
         med = statistics.median(ts)
-        gflops = flops["total"] / med / 1e9
+        work = flops["jax_executed"] if name.startswith("jax") else flops["total"]
+        gflops = work / med / 1e9
         figures[name] = {
             **common.summary(ts),
             "first_call_s": setup[name],
@@ -394,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
             f" [{p['min']:.2f}-{p['max']:.2f}]"
         )
     print(
-        f"step FLOPs {flops['total'] / 1e9:.0f} GFLOP; measured fp32 matmul peak {peak['peak_fp32_gflops']:.0f} GFLOP/s"
+        f"step FLOPs {flops['total'] / 1e9:.0f} GFLOP padded, {flops['jax_executed'] / 1e9:.0f}"
+        f" GFLOP run by JAX; measured fp32 matmul peak {peak['peak_fp32_gflops']:.0f} GFLOP/s"
     )
     print(f"wrote {out}")
     return 0
