@@ -208,7 +208,8 @@ def policy_gradients(
 
     dropout_on = lora.dropout > 0.0
 
-    def micro_grads(mb, inv, oh, i):
+    def micro_grads(acc, mb, inv, oh, i):
+        """``acc`` plus this micro-batch's gradients, and its metric sums and counts."""
         ref_logp = mb.ref_logp
         if need_ref and ref_logp is None:
             ref_logp, _ = sequence_logprobs(
@@ -250,17 +251,17 @@ def policy_gradients(
         sums = {name: oh.T @ v for name, v in terms.sums.items()}
         counts = {name: oh.T @ v for name, v in terms.counts.items()}
         sums["loss"] = oh.T @ (terms.numer * inv)
-        return grads, (sums, counts)
+        return jax.tree.map(jnp.add, acc, grads), (sums, counts)
 
     def at_width(w):
         """``micro_grads`` on the first ``w`` completion columns (0: a skipped micro-batch)."""
 
-        def run(mb, inv, oh, i):
+        def run(acc, mb, inv, oh, i):
             if w == t_full:
-                return micro_grads(mb, inv, oh, i)
+                return micro_grads(acc, mb, inv, oh, i)
             if w == 0:
-                shapes = jax.eval_shape(micro_grads, mb, inv, oh, i)
-                return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+                _, shapes = jax.eval_shape(micro_grads, acc, mb, inv, oh, i)
+                return acc, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
             cut = lambda x: None if x is None else x[:, :w]
             mb = mb.replace(
                 completion_ids=cut(mb.completion_ids),
@@ -268,18 +269,18 @@ def policy_gradients(
                 old_logp=cut(mb.old_logp),
                 ref_logp=cut(mb.ref_logp),
             )
-            return micro_grads(mb, inv, oh, i)
+            return micro_grads(acc, mb, inv, oh, i)
 
         return run
 
-    def micro_step(grads_acc, xs):
+    def micro_step(acc, xs):
         (mb, inv, oh, need), i = xs
-        if len(widths) > 2:
-            j = buckets.bucket_index(jnp.max(need), widths)
-            grads, out = jax.lax.switch(j, [at_width(w) for w in widths], mb, inv, oh, i)
-        else:
-            grads, out = micro_grads(mb, inv, oh, i)
-        return jax.tree.map(jnp.add, grads_acc, grads), out
+        if len(widths) == 2:
+            return micro_grads(acc, mb, inv, oh, i)
+        # The accumulator goes through the branch, so the sum is formed in place there
+        # instead of the branch returning a fresh gradient tree to be copied out and added.
+        j = buckets.bucket_index(jnp.max(need), widths)
+        return jax.lax.switch(j, [at_width(w) for w in widths], acc, mb, inv, oh, i)
 
     zero_grads = jax.tree.map(jnp.zeros_like, lora.params)
     xs = (jax.tree.map(lambda x: _split_micro(x, k), rows), jnp.arange(k))
