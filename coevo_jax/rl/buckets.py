@@ -46,13 +46,15 @@ def needed_lengths(completion_mask: jax.Array, agent_ids: jax.Array) -> jax.Arra
       agent_ids: ``[B]`` int; rows with a negative id are padding and need 0.
 
     Returns:
-      ``[B]`` int32 in ``[0, T]``. Not differentiable (data only).
+      ``[B]`` int32 in ``[0, T]``. Not differentiable (data only). An agent's row needs at
+      least 1 even with no counted token: its sequence-level metrics (ratio, clip
+      fractions) count it once, so its micro-batch must run.
     """
     chex.assert_rank(completion_mask, 2)
     chex.assert_shape(agent_ids, completion_mask.shape[:1])
     cols = jnp.arange(1, completion_mask.shape[1] + 1, dtype=jnp.int32)
     last = jnp.max(jnp.where(completion_mask > 0, cols[None], 0), axis=-1)
-    return jnp.where(agent_ids >= 0, last, 0).astype(jnp.int32)
+    return jnp.where(agent_ids >= 0, jnp.maximum(last, 1), 0).astype(jnp.int32)
 
 
 def longest_first(lengths: jax.Array) -> jax.Array:

@@ -22,8 +22,9 @@ def test_needed_lengths_counts_to_the_last_counted_token():
         [[1, 1, 1, 0, 0], [1, 0, 1, 1, 0], [0, 0, 0, 0, 0], [1, 1, 1, 1, 1], [1, 1, 0, 0, 0]]
     )
     agents = jnp.asarray([0, 1, 2, 3, -1])
-    # A gap inside a row does not shorten it; a padding row (agent -1) needs nothing.
-    np.testing.assert_array_equal(buckets.needed_lengths(mask, agents), [3, 4, 0, 5, 0])
+    # A gap inside a row does not shorten it; an agent's empty row still needs one column
+    # (its sequence metrics count it); a padding row (agent -1) needs nothing.
+    np.testing.assert_array_equal(buckets.needed_lengths(mask, agents), [3, 4, 1, 5, 0])
     assert buckets.needed_lengths(mask.astype(jnp.float32), agents).dtype == jnp.int32
 
 

@@ -117,6 +117,7 @@ def test_length_buckets_give_the_full_width_result():
     # Short completions everywhere but row 0, so most micro-batches run narrower than T.
     short = np.asarray(batch.completion_mask).copy()
     short[1:, 3:] = 0
+    short[5] = 0  # an agent's row with no counted token: its sequence metrics still count it
     batch = batch.replace(completion_mask=jnp.asarray(short))
     # dr_grpo: its denominator is T, which a trimmed micro-batch must not change.
     full = RLConfig(**{**RL.__dict__, "loss_type": "dr_grpo", "micro_batches": 4})
