@@ -111,16 +111,16 @@ def executed_flops(cfg, data, *, micro_batches: int, length_buckets: int, rank: 
     mask, agents = data["completion_mask"], data["agent_ids"]
     n_seq, t_len = mask.shape
     p_len = data["prompt_ids"].shape[1]
-    lengths = np.asarray(buckets.needed_lengths(mask, agents))
+    rows = n_seq // micro_batches
     widths = buckets.bucket_widths(t_len, length_buckets)
-    if len(widths) > 2:
-        lengths = lengths[np.asarray(buckets.longest_first(lengths))]
-    total = 0.0
-    for part in np.split(lengths, micro_batches):
-        w = widths[int(buckets.bucket_index(part.max(), widths))] if len(widths) > 2 else t_len
-        if w:
-            total += step_flops(cfg, len(part), p_len, w, 1, rank)["total"]
-    return total
+    if len(widths) == 2:
+        return step_flops(cfg, n_seq, p_len, t_len, 1, rank)["total"]
+    _, index = buckets.plan(buckets.needed_lengths(mask, agents), micro_batches, widths)
+    return sum(
+        step_flops(cfg, rows, p_len, widths[j], 1, rank)["total"]
+        for j in np.asarray(index).tolist()
+        if widths[j]
+    )
 
 
 def measure_matmul_peak(seconds: float = 3.0) -> dict[str, float]:

@@ -68,11 +68,33 @@ def longest_first(lengths: jax.Array) -> jax.Array:
 
 
 def bucket_index(need: jax.Array, widths: tuple[int, ...]) -> jax.Array:
-    """Index of the narrowest width in ``widths`` that is ``>= need`` (scalar int32).
+    """Index of the narrowest width in ``widths`` that is ``>= need``, elementwise.
 
     Args:
-      need: scalar int, the columns a micro-batch needs (``<= widths[-1]``).
+      need: int array (any shape), columns needed (``<= widths[-1]``).
       widths: increasing static widths from :func:`bucket_widths`.
+
+    Returns:
+      int32, ``need``'s shape.
     """
-    chex.assert_rank(need, 0)
     return jnp.searchsorted(jnp.asarray(widths, jnp.int32), need, side="left").astype(jnp.int32)
+
+
+def plan(
+    lengths: jax.Array, micro_batches: int, widths: tuple[int, ...]
+) -> tuple[jax.Array, jax.Array]:
+    """Row order and each micro-batch's width, as the policy step runs them.
+
+    Args:
+      lengths: ``[B]`` int from :func:`needed_lengths`; ``B`` divisible by ``micro_batches``.
+      micro_batches: number of consecutive equal micro-batches the reordered rows form.
+      widths: from :func:`bucket_widths`.
+
+    Returns:
+      ``(order [B] int32, index [micro_batches] int32)``: :func:`longest_first`, and for each
+      micro-batch of the reordered rows the :func:`bucket_index` of its longest row.
+    """
+    chex.assert_rank(lengths, 1)
+    order = longest_first(lengths)
+    need = jnp.max(jnp.asarray(lengths)[order].reshape(micro_batches, -1), axis=1)
+    return order, bucket_index(need, widths)

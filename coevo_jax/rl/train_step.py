@@ -198,12 +198,13 @@ def policy_gradients(
     agent_denom = jnp.maximum(onehot.T @ denom, 1.0)  # [N]
     inv_denom = onehot @ (1.0 / agent_denom)  # [B]; 0 on padding rows
 
+    rows = (batch, inv_denom, onehot)
     widths = buckets.bucket_widths(t_full, rl_cfg.length_buckets)
-    lengths = buckets.needed_lengths(batch.completion_mask, batch.agent_ids)
-    rows = (batch, inv_denom, onehot, lengths)
+    width_index = None  # [k] per micro-batch, when there is a width to choose
     if len(widths) > 2:
         # Rows of similar length share micro-batches; sums over rows do not see the order.
-        order = buckets.longest_first(lengths)
+        lengths = buckets.needed_lengths(batch.completion_mask, batch.agent_ids)
+        order, width_index = buckets.plan(lengths, k, widths)
         rows = jax.tree.map(lambda x: x[order], rows)
 
     dropout_on = lora.dropout > 0.0
@@ -257,8 +258,6 @@ def policy_gradients(
         """``micro_grads`` on the first ``w`` completion columns (0: a skipped micro-batch)."""
 
         def run(acc, mb, inv, oh, i):
-            if w == t_full:
-                return micro_grads(acc, mb, inv, oh, i)
             if w == 0:
                 _, shapes = jax.eval_shape(micro_grads, acc, mb, inv, oh, i)
                 return acc, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
@@ -274,16 +273,15 @@ def policy_gradients(
         return run
 
     def micro_step(acc, xs):
-        (mb, inv, oh, need), i = xs
-        if len(widths) == 2:
+        (mb, inv, oh), i, j = xs
+        if j is None:
             return micro_grads(acc, mb, inv, oh, i)
         # The accumulator goes through the branch, so the sum is formed in place there
         # instead of the branch returning a fresh gradient tree to be copied out and added.
-        j = buckets.bucket_index(jnp.max(need), widths)
         return jax.lax.switch(j, [at_width(w) for w in widths], acc, mb, inv, oh, i)
 
     zero_grads = jax.tree.map(jnp.zeros_like, lora.params)
-    xs = (jax.tree.map(lambda x: _split_micro(x, k), rows), jnp.arange(k))
+    xs = (jax.tree.map(lambda x: _split_micro(x, k), rows), jnp.arange(k), width_index)
     grads, (sums, counts) = jax.lax.scan(micro_step, zero_grads, xs)
     metrics = {"loss": sums.pop("loss").sum(0)}
     for name, s in sums.items():

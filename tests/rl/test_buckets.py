@@ -37,3 +37,11 @@ def test_longest_first_is_stable():
 def test_bucket_index_is_the_narrowest_width_that_fits(need, index):
     widths = buckets.bucket_widths(192, 4)
     assert int(buckets.bucket_index(jnp.int32(need), widths)) == index
+
+
+def test_plan_orders_rows_and_picks_each_micro_batch_width():
+    lengths = jnp.asarray([3, 8, 0, 1, 6, 0], jnp.int32)
+    order, index = buckets.plan(lengths, 3, buckets.bucket_widths(8, 4))
+    np.testing.assert_array_equal(order, [1, 4, 0, 3, 2, 5])
+    # Micro-batches (8, 6), (3, 1), (0, 0) -> widths 8, 4, 0 of (0, 2, 4, 6, 8).
+    np.testing.assert_array_equal(index, [4, 2, 0])
