@@ -65,7 +65,8 @@ def peft_policy_step(
     """Wraps ``model`` with ``n_agents`` LoRA adapters; returns ``run()`` doing one full step.
 
     ``autocast`` (e.g. ``torch.bfloat16``) runs both forwards under ``torch.autocast`` (bf16
-    matmuls on fp32 master weights, the usual PyTorch mixed precision); None = fp32.
+    matmuls; PEFT keeps the adapters fp32 whatever the backbone's dtype, so they stay the
+    fp32 master copies); None = fp32.
     """
     import contextlib
 
