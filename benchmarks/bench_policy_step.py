@@ -28,7 +28,7 @@ or ``bf16`` against the same PyTorch step under ``torch.autocast(bfloat16)``. Th
 stores the frozen backbone in bf16 (its adapters and optimizer stay fp32), so the PyTorch
 bf16 contender loads the backbone in bf16 too (PEFT keeps the adapters fp32): with fp32
 backbone weights, autocast casts every frozen matrix to bf16 on every call (it caches casts
-only of weights that require grad), measured ~5 % of TRL's bf16 step here. Each JAX
+only of weights that require grad): ~5 % of TRL's bf16 step in a same-process A/B here. Each JAX
 variant's ratio is against its like.
 
 Throughput = completion tokens per step / wall time of the step (forward + backward + update,
