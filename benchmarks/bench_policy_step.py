@@ -26,10 +26,10 @@ Precision, like for like: ``fp32`` against PyTorch in fp32, and ``mixed`` (fp32 
 bf16 x bf16 -> fp32 matmuls, ``RLConfig(compute_dtype="float32", matmul_dtype="bfloat16")``)
 or ``bf16`` against the same PyTorch step under ``torch.autocast(bfloat16)``. The JAX side
 stores the frozen backbone in bf16 (its adapters and optimizer stay fp32), so the PyTorch
-bf16 contender loads the backbone in bf16 too (PEFT keeps the adapters fp32): with fp32
-backbone weights, autocast casts every frozen matrix to bf16 on every call (it caches casts
-only of weights that require grad): ~5 % of TRL's bf16 step in a same-process A/B here. Each JAX
-variant's ratio is against its like.
+bf16 contender loads the backbone in bf16 too (PEFT keeps the adapters fp32). With an fp32
+backbone, autocast casts every frozen matrix to bf16 on every call (it caches the casts of
+weights that require grad only), ~5 % of TRL's bf16 step in a same-process A/B here. Each
+JAX variant's ratio is against its like.
 
 Throughput = completion tokens per step / wall time of the step (forward + backward + update,
 reference pass included). FLOPs are counted analytically (matmuls and attention; the
@@ -115,13 +115,12 @@ def executed_flops(cfg, data, *, micro_batches: int, length_buckets: int, rank: 
     mask, agents = data["completion_mask"], data["agent_ids"]
     n_seq, t_len = mask.shape
     p_len = data["prompt_ids"].shape[1]
-    rows = n_seq // micro_batches
     widths = buckets.bucket_widths(t_len, length_buckets)
     if len(widths) == 2:
         return step_flops(cfg, n_seq, p_len, t_len, 1, rank)["total"]
     _, index = buckets.plan(buckets.needed_lengths(mask, agents), micro_batches, widths)
     return sum(
-        step_flops(cfg, rows, p_len, widths[j], 1, rank)["total"]
+        step_flops(cfg, n_seq // micro_batches, p_len, widths[j], 1, rank)["total"]
         for j in np.asarray(index).tolist()
         if widths[j]
     )
