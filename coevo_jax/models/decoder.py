@@ -159,9 +159,13 @@ def _batch_constraint(x: jax.Array) -> jax.Array:
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty:
         return x
+    # Only Auto axes take a constraint. Inside shard_map the axes are Manual (each shard's
+    # batch is already split); under Explicit axes the sharding is part of the array's type.
+    types = zip(mesh.axis_names, mesh.axis_types, strict=True)
+    auto = {n for n, t in types if t == jax.sharding.AxisType.Auto}
     kept, size = [], 1
     for name in ("data", "fsdp"):
-        if name in mesh.axis_names and x.shape[0] % (size * mesh.shape[name]) == 0:
+        if name in auto and x.shape[0] % (size * mesh.shape[name]) == 0:
             kept.append(name)
             size *= mesh.shape[name]
     if size == 1:

@@ -67,3 +67,38 @@ def test_sharded_forward_with_kv_cache():
     out = sharded_forward(params, CFG, ids, cache_mask, mesh=mesh, cache=cache, cache_index=0)
     np.testing.assert_allclose(np.asarray(out.logits), np.asarray(ref.logits), atol=1e-5, rtol=0)
     np.testing.assert_allclose(np.asarray(out.cache.k), np.asarray(ref.cache.k), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+def test_forward_inside_shard_map_over_the_data_axis(explicit):
+    # Inside shard_map the mesh axes are Manual: the residual stream's batch pin must step
+    # aside (it used to raise "can only refer to Auto axes").
+    from jax.sharding import PartitionSpec as P
+
+    from coevo_jax.models import forward
+
+    params = init_params(CFG, jax.random.key(3), std=0.1)
+    ids = jnp.asarray(np.random.RandomState(2).randint(0, CFG.vocab_size, (8, 6)))
+    mask = jnp.ones((8, 6), jnp.int32)
+    agents = jnp.asarray([0, 1, -1, 0, 1, -1, 0, 1])
+    weights = _lora()
+    ref = jit_forward(params, CFG, ids, mask, lora=(weights, agents))
+    # Two devices, so each shard keeps 4 rows: the pin only applies to a divisible batch.
+    two = jax.devices()[:2]
+    if explicit:
+        kind = (jax.sharding.AxisType.Explicit,)
+        mesh = jax.make_mesh((2,), ("data",), axis_types=kind, devices=two)
+    else:
+        mesh = make_mesh(data=2, fsdp=1, devices=two)
+
+    def local(params, weights, ids, mask, agents):
+        return forward(params, CFG, ids, mask, lora=(weights, agents)).logits
+
+    specs = (P(), P(), P("data"), P("data"), P("data"))
+    args = [
+        jax.device_put(a, jax.sharding.NamedSharding(mesh, s))
+        for a, s in zip((params, weights, ids, mask, agents), specs, strict=True)
+    ]
+    sharded = jax.shard_map(local, mesh=mesh, in_specs=specs, out_specs=P("data"))
+    logits = jax.jit(sharded)(*args)
+    np.testing.assert_allclose(np.asarray(logits), np.asarray(ref.logits), atol=1e-5, rtol=0)
