@@ -153,8 +153,9 @@ def _batch_constraint(x: jax.Array) -> jax.Array:
     """Pins the residual stream's batch axis to the mesh's ``data``/``fsdp`` axes.
 
     Only under a mesh context (``jax.set_mesh``, as ``coevo_jax.parallel.sharded_forward``
-    sets); otherwise a no-op. Without the pin GSPMD may keep activations replicated and
-    shard the hidden axis instead, which is correct but moves far more data under FSDP.
+    sets) and only on its Auto axes; otherwise a no-op. Without the pin GSPMD may keep
+    activations replicated and shard the hidden axis instead, which is correct but moves far
+    more data under FSDP.
     """
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty:

@@ -71,8 +71,8 @@ def test_sharded_forward_with_kv_cache():
 
 @pytest.mark.parametrize("explicit", [False, True])
 def test_forward_inside_shard_map_over_the_data_axis(explicit):
-    # Inside shard_map the mesh axes are Manual: the residual stream's batch pin must step
-    # aside (it used to raise "can only refer to Auto axes").
+    # Inside shard_map the mesh axes are Manual, so the residual stream's batch pin must
+    # step aside; it used to raise "can only refer to Auto axes" (Auto and Explicit meshes).
     from jax.sharding import PartitionSpec as P
 
     from coevo_jax.models import forward
