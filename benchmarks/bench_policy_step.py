@@ -116,7 +116,7 @@ def executed_flops(cfg, data, *, micro_batches: int, length_buckets: int, rank: 
     n_seq, t_len = mask.shape
     p_len = data["prompt_ids"].shape[1]
     widths = buckets.bucket_widths(t_len, length_buckets)
-    if len(widths) == 2:
+    if not buckets.chooses_width(widths):
         return step_flops(cfg, n_seq, p_len, t_len, 1, rank)["total"]
     _, index = buckets.plan(buckets.needed_lengths(mask, agents), micro_batches, widths)
     return sum(

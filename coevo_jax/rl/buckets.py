@@ -38,6 +38,16 @@ def bucket_widths(t: int, k: int) -> tuple[int, ...]:
     return tuple(sorted({0, *(-(-j * t // k) for j in range(1, k + 1))}))
 
 
+def chooses_width(widths: tuple[int, ...]) -> bool:
+    """Whether the step picks a width per micro-batch from ``widths`` (:func:`bucket_widths`).
+
+    Only with two or more nonzero widths. With one (``K = 1``, or ``T`` too narrow to split)
+    every micro-batch runs at the full width, including all-padding ones, and the rows keep
+    their order.
+    """
+    return len(widths) > 2
+
+
 def needed_lengths(completion_mask: jax.Array, agent_ids: jax.Array) -> jax.Array:
     """Columns each row needs: one past its last counted completion token.
 

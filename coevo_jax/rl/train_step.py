@@ -201,7 +201,7 @@ def policy_gradients(
     rows = (batch, inv_denom, onehot)
     widths = buckets.bucket_widths(t_full, rl_cfg.length_buckets)
     width_index = None  # [k] per micro-batch, when there is a width to choose
-    if len(widths) > 2:
+    if buckets.chooses_width(widths):
         # Rows of similar length share micro-batches; sums over rows do not see the order.
         lengths = buckets.needed_lengths(batch.completion_mask, batch.agent_ids)
         order, width_index = buckets.plan(lengths, k, widths)

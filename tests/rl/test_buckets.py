@@ -17,6 +17,13 @@ def test_bucket_widths():
         buckets.bucket_widths(8, 0)
 
 
+def test_chooses_width_needs_two_nonzero_widths():
+    assert buckets.chooses_width(buckets.bucket_widths(192, 4))
+    assert buckets.chooses_width(buckets.bucket_widths(2, 4))  # (0, 1, 2)
+    assert not buckets.chooses_width(buckets.bucket_widths(192, 1))
+    assert not buckets.chooses_width(buckets.bucket_widths(1, 4))  # (0, 1)
+
+
 def test_needed_lengths_counts_to_the_last_counted_token():
     mask = jnp.asarray(
         [[1, 1, 1, 0, 0], [1, 0, 1, 1, 0], [0, 0, 0, 0, 0], [1, 1, 1, 1, 1], [1, 1, 0, 0, 0]]
