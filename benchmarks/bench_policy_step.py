@@ -22,6 +22,17 @@ per agent.
   ``GRPOTrainer._compute_loss`` (which recomputes the policy log-probs with gradients),
   ``backward``, ``clip_grad_norm_`` and that agent's own ``torch.optim.AdamW`` + cosine schedule.
 
+Recompute, like for like: a ``-remat`` variant (``RLConfig(remat=True)``, the default: decoder
+blocks recomputed in the backward) is set against TRL with gradient checkpointing, set up as
+``GRPOTrainer`` does with ``GRPOConfig``'s default ``gradient_checkpointing=True``; the
+others against TRL without it. The default variants are ``fp32``, ``mixed`` and
+``mixed-remat`` (the issue's step: bf16 compute, fp32 master copies, remat).
+
+Each contender's CPU time and minor page faults per step are recorded beside its wall time:
+with glibc's default malloc, PyTorch's CPU allocator maps and unmaps its large tensors on
+every call (1-2 M faults, 2-15 s of system time per step here), which ``--malloc-tuned``
+removes for both sides (``TUNED_MALLOC``).
+
 Precision, like for like: ``fp32`` against PyTorch in fp32, and ``mixed`` (fp32 activations,
 bf16 x bf16 -> fp32 matmuls, ``RLConfig(compute_dtype="float32", matmul_dtype="bfloat16")``)
 or ``bf16`` against the same PyTorch step under ``torch.autocast(bfloat16)``. The JAX side
@@ -51,6 +62,8 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -248,17 +261,39 @@ PRECISIONS = {
     "mixed": ("float32", "bfloat16"),
     "bf16": ("bfloat16", None),
 }
-# autocast? -> contender name
-TORCH_NAMES = {False: "torch-trl-peft", True: "torch-trl-peft-bf16"}
+# --malloc-tuned: glibc keeps freed memory for reuse instead of returning it to the kernel
+# (allocations up to 32 MiB from the heap, no trimming, 1 GiB of padding per heap growth).
+TUNED_MALLOC = {
+    "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
+    "MALLOC_TRIM_THRESHOLD_": str(1 << 40),
+    "MALLOC_TOP_PAD_": str(1 << 30),
+}
+# (autocast?, gradient checkpointing?) -> contender name
+TORCH_NAMES = {
+    (False, False): "torch-trl-peft",
+    (True, False): "torch-trl-peft-bf16",
+    (False, True): "torch-trl-peft-gc",
+    (True, True): "torch-trl-peft-bf16-gc",
+}
+
+
+def torch_key(jax_name: str) -> tuple[bool, bool]:
+    """``(autocast, gradient checkpointing)`` of the PyTorch step that does a JAX variant's
+    work: bf16 matmuls (``mixed``, ``bf16``) under bf16 autocast, ``-remat`` (the decoder
+    blocks recomputed in the backward) with ``gradient_checkpointing``."""
+    precision, *opts = jax_name.removeprefix("jax-").split("-")
+    return precision != "fp32", "remat" in opts
 
 
 def torch_counterpart(jax_name: str) -> str:
     """The PyTorch contender a JAX variant (``jax-fp32``, ``jax-mixed-remat``, ...) is set
-    against: fp32 against fp32, bf16 matmuls (``mixed``, ``bf16``) against bf16 autocast."""
-    return TORCH_NAMES[jax_name.removeprefix("jax-").split("-")[0] != "fp32"]
+    against (:func:`torch_key`)."""
+    return TORCH_NAMES[torch_key(jax_name)]
 
 
-def torch_runner(data, *, n_agents: int, rank: int, autocast: bool = False):
+def torch_runner(
+    data, *, n_agents: int, rank: int, autocast: bool = False, checkpointing: bool = False
+):
     import torch
     import transformers
 
@@ -273,7 +308,12 @@ def torch_runner(data, *, n_agents: int, rank: int, autocast: bool = False):
         dtype=torch.bfloat16 if autocast else torch.float32,
     )
     run = peft_policy_step(
-        model, data, n_agents=n_agents, rank=rank, autocast=torch.bfloat16 if autocast else None
+        model,
+        data,
+        n_agents=n_agents,
+        rank=rank,
+        autocast=torch.bfloat16 if autocast else None,
+        gradient_checkpointing=checkpointing,
     )
     t0 = time.perf_counter()
     run()
@@ -287,7 +327,9 @@ def torch_runner(data, *, n_agents: int, rank: int, autocast: bool = False):
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
-        "--quick", action="store_true", help="8 x (16 + 48) tokens, 1 repeat, fp32 only"
+        "--quick",
+        action="store_true",
+        help="8 x (16 + 48) tokens, 1 repeat, fp32 with and without remat",
     )
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--sequences", type=int, default=8)
@@ -297,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument(
         "--variants",
-        default="fp32,mixed",
+        default="fp32,mixed,mixed-remat",
         help=(
             "JAX variants: comma list of fp32 | mixed (fp32 activations, bf16 matmul operands)"
             " | bf16 (bf16 activations and matmuls), each optionally with -remat or -chunk"
@@ -319,9 +361,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--no-torch", action="store_true", help="JAX only")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = default)")
+    ap.add_argument(
+        "--malloc-tuned",
+        action="store_true",
+        help="rerun this benchmark with glibc malloc keeping freed memory (MALLOC_* variables, "
+        "both sides): PyTorch's CPU allocator otherwise maps and unmaps its large tensors on "
+        "every call and pays for each page fault",
+    )
     args = ap.parse_args(argv)
+    if args.malloc_tuned and any(os.environ.get(k) != v for k, v in TUNED_MALLOC.items()):
+        # glibc reads these when the process starts: re-run in a process that has them.
+        env = {**os.environ, **TUNED_MALLOC}
+        argv_now = sys.argv[1:] if argv is None else list(argv)
+        return subprocess.call([sys.executable, "-m", __spec__.name, *argv_now], env=env)
     if args.quick:
-        args.repeats, args.prompt, args.completion, args.variants = 1, 16, 48, "fp32"
+        args.repeats, args.prompt, args.completion, args.variants = 1, 16, 48, "fp32,fp32-remat"
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.threads:
@@ -351,14 +405,17 @@ def main(argv: list[str] | None = None) -> int:
         contenders[f"jax-{v}"] = run
         setup[f"jax-{v}"] = compile_s
     if not args.no_torch:
-        for amp in sorted({v.split("-")[0] != "fp32" for v in args.variants.split(",")}):
-            name = TORCH_NAMES[amp]
-            run, first_s = torch_runner(data, n_agents=args.agents, rank=args.rank, autocast=amp)
+        for amp, gc in sorted({torch_key(v) for v in args.variants.split(",")}):
+            name = TORCH_NAMES[amp, gc]
+            run, first_s = torch_runner(
+                data, n_agents=args.agents, rank=args.rank, autocast=amp, checkpointing=gc
+            )
             contenders[name] = run
             setup[name] = first_s
 
     # Every runner has already made one untimed call (compile / allocator warm-up) above.
-    times = common.interleaved(contenders, args.repeats, warmup=0)
+    usage: dict[str, list[dict[str, float]]] = {}
+    times = common.interleaved(contenders, args.repeats, warmup=0, usage=usage)
     flops = step_flops(cfg, args.sequences, args.prompt, args.completion, n_completion, args.rank)
     # PyTorch computes on every padded position; the JAX step skips the padding its length
     # buckets cut off, so its FLOP rate is over the work it does.
@@ -380,6 +437,12 @@ def main(argv: list[str] | None = None) -> int:
             "completion_tokens_per_s": n_completion / med,
             "achieved_gflops": gflops,
             "fraction_of_peak": gflops / peak["peak_fp32_gflops"],
+            # Per step, medians: CPU time over all threads, and minor page faults (what the
+            # allocator's map / unmap of large buffers costs, in `sys`).
+            **{
+                f"median_{k}": statistics.median(u[k] for u in usage[name])
+                for k in ("user_s", "sys_s", "minor_faults")
+            },
         }
         rows.append(
             {
@@ -388,6 +451,9 @@ def main(argv: list[str] | None = None) -> int:
                 "tok/s": n_completion / med,
                 "GFLOP/s": gflops,
                 "of peak": gflops / peak["peak_fp32_gflops"],
+                "user s": figures[name]["median_user_s"],
+                "sys s": figures[name]["median_sys_s"],
+                "faults k": figures[name]["median_minor_faults"] / 1e3,
                 "first call s": setup[name],
             }
         )
@@ -414,6 +480,7 @@ def main(argv: list[str] | None = None) -> int:
         # Both bf16 contenders keep the frozen backbone in bf16 (results before 2026-12-04
         # 22:00 UTC ran PyTorch's autocast on an fp32 backbone).
         "bf16_backbone": True,
+        "malloc_env": {k: os.environ[k] for k in TUNED_MALLOC if k in os.environ},
         "loss": "GSPO, grpo aggregation, eps 0.2, beta 1e-4",
     }
     out = common.write_result(

@@ -11,6 +11,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -100,12 +101,18 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 
 def interleaved(
-    fns: Mapping[str, Callable[[], Any]], repeats: int, *, warmup: int = 1
+    fns: Mapping[str, Callable[[], Any]],
+    repeats: int,
+    *,
+    warmup: int = 1,
+    usage: dict[str, list[dict[str, float]]] | None = None,
 ) -> dict[str, list[float]]:
     """Wall times of each fn, run round-robin so load drift hits every contender alike.
 
     Each fn runs ``warmup`` untimed times first (compiles, allocator warm-up), then the
-    contenders alternate ``repeats`` times, the order rotating each round.
+    contenders alternate ``repeats`` times, the order rotating each round. A ``usage`` dict
+    gets, per fn, each timed call's process CPU time and page faults (:func:`rusage_delta`;
+    the process's other threads count too, so only for fns that run alone).
     """
     names = list(fns)
     for name in names:
@@ -115,8 +122,22 @@ def interleaved(
     for r in range(repeats):
         order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
+            before = resource.getrusage(resource.RUSAGE_SELF)
             times[name].append(timed(fns[name])[0])
+            if usage is not None:
+                usage.setdefault(name, []).append(rusage_delta(before))
     return times
+
+
+def rusage_delta(before: Any) -> dict[str, float]:
+    """This process's user and system CPU seconds and minor page faults since ``before``
+    (a ``resource.getrusage(RUSAGE_SELF)``)."""
+    now = resource.getrusage(resource.RUSAGE_SELF)
+    return {
+        "user_s": now.ru_utime - before.ru_utime,
+        "sys_s": now.ru_stime - before.ru_stime,
+        "minor_faults": float(now.ru_minflt - before.ru_minflt),
+    }
 
 
 def summary(times: Sequence[float]) -> dict[str, float]:

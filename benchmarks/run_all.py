@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import common
-from benchmarks.bench_policy_step import TORCH_NAMES, torch_counterpart
+from benchmarks.bench_policy_step import TORCH_NAMES, torch_key
 
 SCHEMA = common.ROOT / "results_schema.json"
 
@@ -218,25 +218,29 @@ def _best_jax(figs: Mapping[str, Any], key: Callable[[Mapping[str, Any]], float]
     return max(names, key=lambda n: key(figs[n])) if names else None
 
 
+# PyTorch contender -> (figure-name suffix, how the baseline runs)
+_TORCH_FIGURES = {
+    (False, False): ("", ""),
+    (True, False): ("_bf16", " under bf16 autocast"),
+    (False, True): ("_gc", " with gradient checkpointing"),
+    (True, True): ("_bf16_gc", " under bf16 autocast with gradient checkpointing"),
+}
+
+
 def policy_step_figures(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Like for like only: JAX fp32 against TRL fp32, and the best JAX variant with bf16
-    matmuls (``mixed``, ``bf16``) against TRL under bf16 autocast (``*_bf16``)."""
+    """Like for like only, one figure per PyTorch contender in the record: the fastest JAX
+    variant doing its work (``bench_policy_step.torch_key``: bf16 matmuls against bf16
+    autocast, ``-remat`` against gradient checkpointing) against it."""
     figs = rec["figures"]
     n = rec["config"]["completion_tokens_per_step"]
     out = []
-    for suffix, torch_name, how in (
-        ("", TORCH_NAMES[False], ""),
-        ("_bf16", TORCH_NAMES[True], " under bf16 autocast"),
-    ):
-        mine = {
-            k: v
-            for k, v in figs.items()
-            if k.startswith("jax") and torch_counterpart(k) == torch_name
-        }
+    for key, (suffix, how) in _TORCH_FIGURES.items():
+        torch_f = figs.get(TORCH_NAMES[key])
+        mine = {k: v for k, v in figs.items() if k.startswith("jax") and torch_key(k) == key}
         best = _best_jax(mine, lambda f: f["completion_tokens_per_s"])
         if best is None:
             continue
-        jf, torch_f = mine[best], figs.get(torch_name)
+        jf = mine[best]
         out.append(
             figure(
                 f"policy_step_tokens_per_s{suffix}",

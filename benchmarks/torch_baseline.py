@@ -61,12 +61,19 @@ def peft_policy_step(
     rank: int,
     device: str = "cpu",
     autocast: Any = None,
+    gradient_checkpointing: bool = False,
 ):
     """Wraps ``model`` with ``n_agents`` LoRA adapters; returns ``run()`` doing one full step.
 
     ``autocast`` (e.g. ``torch.bfloat16``) runs both forwards under ``torch.autocast`` (bf16
     matmuls; PEFT keeps the adapters fp32 whatever the backbone's dtype, so they stay the
     fp32 master copies); None = fp32.
+
+    ``gradient_checkpointing`` is ``GRPOConfig``'s default (True in TRL 1.16), set up as
+    ``GRPOTrainer`` does: ``gradient_checkpointing_enable()`` (transformers 5: non-reentrant)
+    and ``enable_input_require_grads()`` for a PEFT model, and the reference pass under
+    ``disable_gradient_checkpointing``. The decoder layers' forward is then recomputed in
+    the backward, the work our ``RLConfig(remat=True)`` does.
     """
     import contextlib
 
@@ -77,6 +84,7 @@ def peft_policy_step(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from trl import GRPOTrainer
+        from trl.models.utils import disable_gradient_checkpointing
         from trl.trainer.utils import add_fused_lm_head
 
     # As GRPOTrainer.__init__ does: fused, tiled LM head returning log-probs and entropies.
@@ -93,6 +101,9 @@ def peft_policy_step(
         pm.add_adapter(f"agent{i}", lcfg)
     pm.to(device)
     pm.train()
+    if gradient_checkpointing:
+        pm.gradient_checkpointing_enable()
+        pm.enable_input_require_grads()
     opts, scheds, agent_params = [], [], []
     for i in range(n_agents):
         ps = [p for n, p in pm.named_parameters() if f".agent{i}." in n]
@@ -120,7 +131,8 @@ def peft_policy_step(
             pm.set_adapter(f"agent{i}")
             ids = torch.cat([pick["prompt_ids"], pick["completion_ids"]], 1)
             mask = torch.cat([pick["prompt_mask"], pick["completion_mask"]], 1)
-            with torch.no_grad(), pm.disable_adapter(), amp():
+            no_ckpt = disable_gradient_checkpointing(pm)
+            with torch.no_grad(), no_ckpt, pm.disable_adapter(), amp():
                 ref, _, _ = GRPOTrainer._get_per_token_logps_and_entropies(t, pm, ids, mask, t_len)
             inputs = {
                 "prompt_ids": pick["prompt_ids"],

@@ -1,11 +1,17 @@
-"""The policy-step benchmark's FLOP counts (the timing itself runs in the quick suite)."""
+"""The policy-step benchmark's FLOP counts and contender pairing (the timing itself runs in
+the quick suite)."""
 
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from benchmarks.bench_policy_step import executed_flops, make_data, step_flops
+from benchmarks.bench_policy_step import (
+    executed_flops,
+    make_data,
+    step_flops,
+    torch_counterpart,
+)
 
 CFG = SimpleNamespace(
     hidden_size=64,
@@ -36,3 +42,20 @@ def test_buckets_count_each_micro_batch_at_its_width():
     data["agent_ids"] = np.asarray([0, 1, 2, 3, 0, 1, -1, -1], np.int32)
     got = executed_flops(CFG, data, micro_batches=4, length_buckets=4, rank=4)
     assert got == pytest.approx(_total(4, 32) + _total(2, 24))
+
+
+@pytest.mark.parametrize(
+    ("jax_name", "torch_name"),
+    [
+        ("jax-fp32", "torch-trl-peft"),
+        ("jax-fp32-chunk", "torch-trl-peft"),
+        ("jax-mixed", "torch-trl-peft-bf16"),
+        ("jax-bf16", "torch-trl-peft-bf16"),
+        ("jax-fp32-remat", "torch-trl-peft-gc"),
+        ("jax-mixed-remat", "torch-trl-peft-bf16-gc"),
+        ("jax-mixed-remat-chunk", "torch-trl-peft-bf16-gc"),
+    ],
+)
+def test_each_variant_is_set_against_the_torch_step_doing_its_work(jax_name, torch_name):
+    # bf16 matmuls against autocast; decoder blocks recomputed against gradient checkpointing.
+    assert torch_counterpart(jax_name) == torch_name

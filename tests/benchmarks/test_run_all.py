@@ -176,6 +176,24 @@ def test_figures_ratios_and_spreads_from_records():
     assert (bf["jax"], bf["pytorch"], bf["jax_variant"]) == (100.0, 25.0, "jax-mixed")
     assert bf["ratio"] == pytest.approx(4.0) and "autocast" in bf["baseline"]
 
+    # A remat variant is set against TRL with gradient checkpointing (the same recompute),
+    # not against the faster TRL step without it.
+    rec = {**records["policy_step"], "figures": dict(records["policy_step"]["figures"])}
+    rec["figures"]["jax-mixed-remat"] = {
+        **_summary([1.0, 1.0, 1.0]),
+        "completion_tokens_per_s": 90.0,
+    }
+    rec["figures"]["torch-trl-peft-bf16-gc"] = {
+        **_summary([3.0, 3.0, 3.0]),
+        "completion_tokens_per_s": 30.0,
+    }
+    got = {x["name"]: x for x in run_all.policy_step_figures(rec)}
+    assert got["policy_step_tokens_per_s_bf16"]["jax_variant"] == "jax-mixed"
+    gc = got["policy_step_tokens_per_s_bf16_gc"]
+    assert (gc["jax"], gc["pytorch"], gc["jax_variant"]) == (90.0, 30.0, "jax-mixed-remat")
+    assert gc["ratio"] == pytest.approx(3.0) and "gradient checkpointing" in gc["baseline"]
+    assert "policy_step_tokens_per_s_gc" not in got  # no JAX fp32 remat variant
+
     assert f["sampler_prefill_tokens_per_s"]["ratio"] == pytest.approx(2.0)
     assert f["sampler_prefill_tokens_per_s"]["spread"]["jax"] == pytest.approx([50.0, 200.0])
     dec = f["sampler_decode_tokens_per_s"]  # 4 rows * 10 tokens / (full - median prefill)
