@@ -25,15 +25,15 @@ def _updates_of_two_steps(checkpointing: bool) -> dict[str, "torch.Tensor"]:
     # inside the clip range, so the loss has a gradient.
     data["old_logp"][:] = -np.log(cfg.vocab_size)
     run = peft_policy_step(model, data, n_agents=2, rank=4, gradient_checkpointing=checkpointing)
-    pm = model  # wrapped in place: PEFT injects its layers into the model's modules
-    assert pm.is_gradient_checkpointing == checkpointing
-    before = {n: p.detach().clone() for n, p in pm.named_parameters() if "lora_" in n}
+    # PEFT wraps the model in place: its LoRA layers are the model's own modules now.
+    assert model.is_gradient_checkpointing == checkpointing
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
     torch.manual_seed(1)  # the same dropout masks on both sides
     run()
     run()
     # The update, not the parameters: with the warmup's tiny first learning rates the steps
     # move each parameter by ~1e-7, far below any tolerance on the parameters themselves.
-    return {n: p.detach() - before[n] for n, p in pm.named_parameters() if "lora_" in n}
+    return {n: p.detach() - before[n] for n, p in model.named_parameters() if "lora_" in n}
 
 
 def test_gradient_checkpointing_gives_the_same_update():
