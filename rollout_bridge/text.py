@@ -2,6 +2,12 @@
 
 The orchestrators speak in user messages and agent names; this adapter applies the chat
 template, tokenises, calls the engine and decodes the completions.
+
+A prompt is never cut: one whose templated length exceeds its budget raises
+:class:`PromptTooLongError` before anything is generated. The budget of a request is the
+model's context length minus the request's ``max_tokens`` (room for the completion), capped by
+``max_prompt_tokens`` when given. Callers that must fit (the FlyRoute router) size their prompt
+with :meth:`EngineTextLLM.count_tokens` and :meth:`EngineTextLLM.prompt_budget`.
 """
 
 from __future__ import annotations
@@ -13,6 +19,10 @@ from coevo_jax.orchestrators.llm import TextRequest
 from rollout_bridge.engine import Engine, GenerationRequest
 
 
+class PromptTooLongError(ValueError):
+    """A prompt does not fit its token budget; the message names the request and both sizes."""
+
+
 class EngineTextLLM:
     """``TextLLM`` over an ``Engine`` plus a tokenizer.
 
@@ -22,7 +32,8 @@ class EngineTextLLM:
         ``apply_chat_template``, ``encode`` and ``decode``).
       agent_ids: maps agent names to engine agent ids; integer agents pass through, and an
         unknown name is an error. -1 is the base model.
-      max_prompt_tokens: prompts are left-truncated to this many tokens.
+      context_length: the model's context (prompt + completion) in tokens; None: unknown.
+      max_prompt_tokens: an extra cap on prompt tokens; None: only the context bounds them.
     """
 
     def __init__(
@@ -31,11 +42,19 @@ class EngineTextLLM:
         tokenizer: Any,
         agent_ids: Mapping[str, int] | None = None,
         *,
-        max_prompt_tokens: int = 1536,
+        context_length: int | None = None,
+        max_prompt_tokens: int | None = None,
     ):
+        for name, v in (
+            ("context_length", context_length),
+            ("max_prompt_tokens", max_prompt_tokens),
+        ):
+            if v is not None and (not isinstance(v, int) or v < 1):
+                raise ValueError(f"EngineTextLLM: {name} must be a positive integer, got {v!r}")
         self.engine = engine
         self.tokenizer = tokenizer
         self.agent_ids = dict(agent_ids or {})
+        self.context_length = context_length
         self.max_prompt_tokens = max_prompt_tokens
         self.calls = 0
 
@@ -48,17 +67,44 @@ class EngineTextLLM:
             return int(agent)
         raise KeyError(f"unknown agent {agent!r}; known: {sorted(self.agent_ids)}")
 
+    def prompt_budget(self, max_tokens: int) -> int | None:
+        """Most prompt tokens (chat template included) a request generating ``max_tokens``
+        may have; None when neither a context length nor a cap is known."""
+        limits = []
+        if self.context_length is not None:
+            limits.append(self.context_length - max_tokens)
+        if self.max_prompt_tokens is not None:
+            limits.append(self.max_prompt_tokens)
+        return min(limits) if limits else None
+
     def encode_prompt(self, prompt: str) -> tuple[int, ...]:
+        """Token ids of ``prompt`` as one user turn with the generation prompt (never cut)."""
         text = self.tokenizer.apply_chat_template(
             [{"role": "user", "content": prompt}], add_generation_prompt=True
         )
-        ids = self.tokenizer.encode(text)
-        return tuple(ids[-self.max_prompt_tokens :])
+        return tuple(self.tokenizer.encode(text))
+
+    def count_tokens(self, prompt: str) -> int:
+        """``len(encode_prompt(prompt))``."""
+        return len(self.encode_prompt(prompt))
+
+    def _checked(self, r: TextRequest, i: int) -> tuple[int, ...]:
+        ids = self.encode_prompt(r.prompt)
+        budget = self.prompt_budget(r.max_tokens)
+        if budget is not None and len(ids) > budget:
+            raise PromptTooLongError(
+                f"request {i} (tag {r.tag!r}, agent {r.agent!r}): the prompt has {len(ids)} "
+                f"tokens, over its budget of {budget} (context {self.context_length}, cap "
+                f"{self.max_prompt_tokens}, max_tokens {r.max_tokens}); shorten the prompt, "
+                "prompts are not truncated"
+            )
+        return ids
 
     def complete(self, requests: Sequence[TextRequest]) -> list[str]:
+        ids = [self._checked(r, i) for i, r in enumerate(requests)]
         gen = [
             GenerationRequest(
-                prompt_ids=self.encode_prompt(r.prompt),
+                prompt_ids=ids[i],
                 agent_id=self._agent(r.agent),
                 n=1,
                 max_tokens=r.max_tokens,

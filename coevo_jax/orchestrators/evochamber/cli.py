@@ -73,50 +73,21 @@ class SharedBackbone:
 def make_llm(
     engine: str, url: str | None, model: str | None, seed: int, served_model_name: str | None = None
 ):
-    """A TextLLM over the rollout bridge: the in-process JAX engine, or an HTTP server (vLLM or
-    ``coevo serve``) whose base model answers to ``served_model_name``. The tokenizer (chat
-    template) is loaded locally from ``model`` (default: the project's default model)."""
-    if engine == "http" and not url:
-        raise SystemExit("coevo evochamber: --engine http needs --url")
-    try:
-        from rollout_bridge.text import EngineTextLLM
-    except ImportError as e:
-        raise SystemExit(
-            "coevo evochamber: the rollout bridge's text adapter (rollout_bridge.text.EngineTextLLM) "
-            f"is not available in this build ({e}). Install the full project or use the Python "
-            "API with your own TextLLM (coevo_jax.orchestrators.evochamber.loop.run_stream)."
-        ) from e
-    from coevo_jax.models import load
-    from coevo_jax.models.default import default_model_path
+    """A TextLLM over the rollout bridge (:func:`coevo_jax.orchestrators.engine_llm.engine_text_llm`):
+    the in-process JAX engine, or an HTTP server (vLLM or ``coevo serve``) whose base model
+    answers to ``served_model_name``, for which only the tokenizer and config of ``model`` are
+    read (default: the project's default model). Every agent is served by the base model."""
+    from coevo_jax.orchestrators.engine_llm import engine_text_llm
 
-    try:
-        path = model or default_model_path()
-        decoder, tok = load(path)
-    except (FileNotFoundError, ValueError) as e:
-        raise SystemExit(f"coevo evochamber: cannot load the model/tokenizer: {e}") from e
-    if tok is None:
-        raise SystemExit(
-            f"coevo evochamber: {path} has no tokenizer; EvoChamber needs a chat template"
+    return SharedBackbone(
+        engine_text_llm(
+            prog="coevo evochamber",
+            engine=engine,
+            model=model,
+            url=url,
+            served_model_name=served_model_name,
         )
-    if engine == "inprocess":
-        from rollout_bridge.local_engine import InProcessEngine
-
-        eng = InProcessEngine(
-            decoder.params, decoder.config, None, eos_ids=tok.eos_token_ids, pad_id=tok.pad_token_id
-        )
-    else:
-        import tempfile
-
-        from rollout_bridge.http_engine import HTTPEngine
-
-        eng = HTTPEngine(
-            url,
-            base_model=served_model_name or model or "SmolLM2-135M-Instruct",
-            adapter_dir=tempfile.mkdtemp(prefix="evochamber-adapters-"),
-            eos_ids=tok.eos_token_ids,
-            family=decoder.config.family,
-        )
-    return SharedBackbone(EngineTextLLM(eng, tok, {}))
+    )
 
 
 def main(args: argparse.Namespace) -> int:

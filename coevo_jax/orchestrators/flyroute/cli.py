@@ -117,36 +117,25 @@ def _config(args: argparse.Namespace) -> FlyRouteConfig:
         raise SystemExit(f"coevo flyroute: {e}") from e
 
 
-def engine_llm(model: str | None, agents: list[str], *, max_prompt_tokens: int = 1536) -> Any:
-    """``rollout_bridge.text.EngineTextLLM`` over the in-process JAX engine.
+def engine_llm(
+    model: str | None, agents: list[str], *, max_prompt_tokens: int | None = None
+) -> Any:
+    """``rollout_bridge.text.EngineTextLLM`` over the in-process JAX engine
+    (:func:`coevo_jax.orchestrators.engine_llm.engine_text_llm`).
 
     Every agent name maps to the bare backbone (engine agent -1): the benchmark's experts
-    share one model and differ only in their profiles until adapters are published.
+    share one model and differ in their prompts and sampling seeds until adapters are
+    published. Prompt budgets follow the model's context length (``max_prompt_tokens``: an
+    extra cap).
     """
-    try:
-        from rollout_bridge.local_engine import InProcessEngine  # noqa: I001
-        from rollout_bridge.text import EngineTextLLM  # first: the light import
-    except ImportError as e:
-        raise SystemExit(
-            "coevo flyroute: --llm engine needs the rollout bridge (rollout_bridge.text."
-            f"EngineTextLLM and rollout_bridge.local_engine.InProcessEngine): {e}. Install the "
-            "full project, or pass --llm MODULE:FACTORY for another TextLLM."
-        ) from e
-    from coevo_jax.models import load
-    from coevo_jax.models.default import default_model_path
+    from coevo_jax.orchestrators.engine_llm import engine_text_llm
 
-    try:
-        path = model or default_model_path()
-        decoder, tok = load(path)
-    except (FileNotFoundError, ValueError) as e:
-        raise SystemExit(f"coevo flyroute: cannot load the model: {e}") from e
-    if tok is None:
-        raise SystemExit(f"coevo flyroute: {path} has no tokenizer; FlyRoute needs a chat template")
-    engine = InProcessEngine(
-        decoder.params, decoder.config, None, eos_ids=tok.eos_token_ids, pad_id=tok.pad_token_id
-    )
-    return EngineTextLLM(
-        engine, tok, dict.fromkeys(agents, -1), max_prompt_tokens=max_prompt_tokens
+    return engine_text_llm(
+        prog="coevo flyroute",
+        engine="inprocess",
+        model=model,
+        agent_ids=dict.fromkeys(agents, -1),
+        max_prompt_tokens=max_prompt_tokens,
     )
 
 

@@ -91,5 +91,5 @@ def test_engine_llm_without_bridge_says_so(monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "rollout_bridge.text", None)  # import fails
-    with pytest.raises(SystemExit, match="needs the rollout bridge"):
+    with pytest.raises(SystemExit, match="rollout_bridge.text.EngineTextLLM"):
         cli.make_llm("engine", model=None, agents=["a"])
