@@ -6,6 +6,7 @@ import dataclasses
 
 LEVELS = ("sequence", "token")
 LOSS_TYPES = ("grpo", "dapo", "dr_grpo")
+BEHAVIOR_LOGPROBS = ("engine", "recompute")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +51,18 @@ class RLConfig:
         ``matmul_dtype: bfloat16`` is the fast CPU setting: XLA:CPU's bf16 GEMMs run at
         about twice its fp32 ones, while its bf16 elementwise and stacking ops are slower
         than fp32 (``benchmarks/NOTES.md``).
+      behavior_logprobs: what GSPO's "old" log-probs are. ``"engine"``: the behaviour
+        log-probs the rollout engine returned. ``"recompute"``: the trainer's own log-probs
+        of the same tokens under the adapter it is about to update (each popped batch gets
+        exactly one update, so that is the step's own forward pass, stop-gradient, its LoRA
+        dropout included: the clipped ratio is 1), with the engine's log-probs entering only as a
+        truncated importance weight per sequence, ``min(ratio, is_cap)``
+        (``coevo_jax.rl.correction.truncated_is_weights``; verl's and TRL's rollout
+        correction).
+      is_cap: upper truncation of that importance weight (``"recompute"`` only).
+      measure_gap: every round, recompute the behaviour log-probs of the round's samples
+        and log the trainer/engine gap per agent (``coevo_jax.train.gap``); one extra
+        forward pass over the round's samples.
     """
 
     level: str = "sequence"
@@ -76,6 +89,9 @@ class RLConfig:
     remat: bool = True
     compute_dtype: str = "bfloat16"
     matmul_dtype: str | None = None
+    behavior_logprobs: str = "engine"
+    is_cap: float = 2.0
+    measure_gap: bool = True
 
     def __post_init__(self):
         if self.level not in LEVELS:
@@ -120,3 +136,10 @@ class RLConfig:
             raise ValueError(
                 f"matmul_dtype must be bfloat16, float32 or null, got {self.matmul_dtype!r}"
             )
+        if self.behavior_logprobs not in BEHAVIOR_LOGPROBS:
+            raise ValueError(
+                f"behavior_logprobs must be one of {BEHAVIOR_LOGPROBS}, "
+                f"got {self.behavior_logprobs!r}"
+            )
+        if not self.is_cap >= 1.0:
+            raise ValueError(f"is_cap must be >= 1 (1 = no upweighting), got {self.is_cap}")

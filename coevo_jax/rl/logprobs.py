@@ -240,6 +240,7 @@ def sequence_logprobs(
     remat: bool = False,
     chunk_size: int = 0,
     with_entropy: bool = True,
+    temperature: float = 1.0,
 ) -> tuple[jax.Array, jax.Array | None]:
     """Per-token log-probs of ``batch.completion_ids``, each row under its own agent.
 
@@ -262,6 +263,10 @@ def sequence_logprobs(
       remat: rematerialise decoder blocks in the backward pass.
       chunk_size: vocabulary projection chunking over T (see :func:`token_logprobs`).
       with_entropy: also return per-token entropies (no gradient).
+      temperature: > 0; log-probs of ``softmax(logits / temperature)``, the distribution a
+        sampler at that temperature draws from (before any top-p cut). The final hidden
+        states are divided by it before the head matmul, which equals dividing the logits
+        up to the rounding of the head's operand dtype.
 
     Returns:
       ``(logp, entropy)``: ``[B, T]`` float32 each (entropy None when not asked for), values
@@ -288,6 +293,8 @@ def sequence_logprobs(
         matmul_dtype=matmul_dtype,
     )
     hidden = out.hidden_states[cfg.num_layers][:, p_len - 1 : p_len - 1 + t_len]
+    if temperature != 1.0:
+        hidden = hidden / jnp.asarray(temperature, hidden.dtype)
     head = _lm_head(params, cfg, compute_dtype if matmul_dtype is None else matmul_dtype)
     return token_logprobs(
         hidden,

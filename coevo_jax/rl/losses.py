@@ -31,6 +31,8 @@ from coevo_jax.rl.config import LEVELS, LOSS_TYPES
 # Metric name -> which per-sequence count it is averaged over.
 _RATIO_METRICS = ("clip_low", "clip_high", "clip_region", "ratio")
 _TOKEN_METRICS = ("kl", "entropy")
+# ``is_weight``: the mean truncated importance weight (``coevo_jax.rl.correction``), per
+# sequence or per token as the weights come.
 
 
 class LossTerms(NamedTuple):
@@ -69,6 +71,7 @@ def policy_loss_terms(
     loss_type: str = "grpo",
     max_completion_length: int | None = None,
     entropy: jax.Array | None = None,
+    is_weights: jax.Array | None = None,
 ) -> LossTerms:
     """Per-sequence numerators/denominators of the clipped surrogate plus ``beta`` x k3 KL.
 
@@ -86,6 +89,10 @@ def policy_loss_terms(
       loss_type: ``"grpo"``, ``"dapo"`` or ``"dr_grpo"`` (see module docstring).
       max_completion_length: ``dr_grpo``'s per-sequence denominator; default T.
       entropy: optional ``[B, T]`` per-token entropies, reported as a metric only.
+      is_weights: optional ``[B, 1]`` (per sequence) or ``[B, T]`` (per token) importance
+        weights, treated as constants, multiplying the clipped surrogate of each sequence
+        (not the KL term), as TRL applies its vLLM importance-sampling ratio; see
+        ``coevo_jax.rl.correction.truncated_is_weights``. Reported as ``is_weight``.
 
     Returns:
       :class:`LossTerms` with float32 ``[B]`` leaves. Only ``numer`` depends on ``logp``.
@@ -115,6 +122,11 @@ def policy_loss_terms(
     ratio = jnp.exp(log_w)
     clipped = jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high)
     tok_loss = -jnp.minimum(ratio * adv, clipped * adv)
+    if is_weights is not None:
+        if is_weights.shape not in ((logp.shape[0], 1), logp.shape):
+            raise ValueError(f"is_weights must be [B, 1] or [B, T], got {is_weights.shape}")
+        is_weights = jax.lax.stop_gradient(is_weights.astype(jnp.float32))
+        tok_loss = tok_loss * is_weights
     tok_loss = jnp.broadcast_to(tok_loss, logp.shape)
 
     kl = None
@@ -158,6 +170,11 @@ def policy_loss_terms(
         chex.assert_equal_shape([logp, entropy])
         sums["entropy"] = (sg(entropy).astype(jnp.float32) * m).sum(-1)
         counts["entropy"] = n_tok
+    if is_weights is not None:
+        if is_weights.shape[1] == 1:
+            sums["is_weight"], counts["is_weight"] = is_weights[:, 0], jnp.ones_like(n_tok)
+        else:
+            sums["is_weight"], counts["is_weight"] = (is_weights * m).sum(-1), n_tok
     return LossTerms(numer=numer, denom=sg(denom), sums=sums, counts=counts)
 
 
@@ -199,6 +216,7 @@ def policy_loss(
     loss_type: str = "grpo",
     max_completion_length: int | None = None,
     entropy: jax.Array | None = None,
+    is_weights: jax.Array | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Clipped policy loss with a per-token k3 KL penalty, for one batch.
 
@@ -209,13 +227,14 @@ def policy_loss(
     token sum / total tokens; ``dr_grpo`` = token sum / (B * max_completion_length).
 
     Args: as :func:`policy_loss_terms` (``logp``, ``old_logp``, ``ref_logp``, ``mask``,
-      ``entropy``: ``[B, T]``; ``advantages``: ``[B]``).
+      ``entropy``: ``[B, T]``; ``advantages``: ``[B]``; ``is_weights``: ``[B, 1]`` or
+      ``[B, T]``).
 
     Returns:
       ``(loss, metrics)``: scalar float32 loss, differentiable w.r.t. ``logp``; metrics are
       scalar means: ``clip_low``/``clip_high``/``clip_region`` (fraction of ratios clipped on
       the side that binds for the advantage's sign), ``ratio``, ``kl`` (when ``ref_logp`` is
-      given), ``entropy`` (when given).
+      given), ``entropy`` (when given), ``is_weight`` (when ``is_weights`` is given).
     """
     terms = policy_loss_terms(
         logp,
@@ -230,5 +249,6 @@ def policy_loss(
         loss_type=loss_type,
         max_completion_length=max_completion_length,
         entropy=entropy,
+        is_weights=is_weights,
     )
     return reduce_terms(terms)

@@ -46,6 +46,7 @@ from coevo_jax.models import ModelConfig
 from coevo_jax.models.decoder import cast_matrices
 from coevo_jax.rl import buckets
 from coevo_jax.rl.config import RLConfig
+from coevo_jax.rl.correction import truncated_is_weights
 from coevo_jax.rl.logprobs import PolicyBatch, sequence_logprobs
 from coevo_jax.rl.losses import policy_loss_terms
 
@@ -157,8 +158,9 @@ def policy_gradients(
     Returns:
       ``(grads, metrics)``: grads with ``lora.params``' structure (fp32), and ``[N]`` float32
       per-agent metrics: ``loss``, ``clip_low``, ``clip_high``, ``clip_region``, ``ratio``,
-      ``entropy``, ``kl`` (when ``beta > 0`` or reference log-probs are given), ``tokens``,
-      ``sequences``; plus ``present`` (bool ``[N]``: agents with completion tokens).
+      ``entropy``, ``kl`` (when ``beta > 0`` or reference log-probs are given),
+      ``is_weight`` (with ``behavior_logprobs: recompute``), ``tokens``, ``sequences``; plus
+      ``present`` (bool ``[N]``: agents with completion tokens).
     """
     k = rl_cfg.micro_batches
     b_total = batch.batch_size
@@ -166,6 +168,9 @@ def policy_gradients(
         raise ValueError(f"batch size {b_total} does not divide into {k} micro-batches")
     n_agents = lora.n_agents
     t_full = batch.completion_ids.shape[1]
+    recompute_old = rl_cfg.behavior_logprobs == "recompute"
+    if recompute_old and batch.old_logp is None:
+        raise ValueError("behavior_logprobs: recompute needs the engine's log-probs in old_logp")
     cd = jnp.dtype(rl_cfg.compute_dtype)
     md = jnp.dtype(rl_cfg.matmul_dtype or rl_cfg.compute_dtype)
     # The backbone is frozen: cast its matrices to the matmul dtype once per step, not once
@@ -237,13 +242,23 @@ def policy_gradients(
                 remat=rl_cfg.remat,
                 chunk_size=chunk_size,
             )
+            old_logp, is_w = mb.old_logp, None
+            if recompute_old:
+                # One update per batch: the trainer's recompute under the adapter being
+                # updated is this very forward pass (old = stop_gradient(logp)); the
+                # engine's log-probs only weight each sequence.
+                is_w = truncated_is_weights(
+                    logp, old_logp, mb.completion_mask, cap=rl_cfg.is_cap, level=rl_cfg.level
+                )
+                old_logp = None
             terms = policy_loss_terms(
                 logp,
-                mb.old_logp,
+                old_logp,
                 ref_logp,
                 mb.advantages,
                 mb.completion_mask,
                 entropy=ent,
+                is_weights=is_w,
                 **loss_kw,
             )
             return jnp.sum(terms.numer * inv), terms

@@ -10,9 +10,24 @@ import numpy as np
 
 
 def trl_loss_and_grad(
-    logp, old_logp, ref_logp, advantages, mask, *, eps_low, eps_high, beta, level, loss_type
+    logp,
+    old_logp,
+    ref_logp,
+    advantages,
+    mask,
+    *,
+    eps_low,
+    eps_high,
+    beta,
+    level,
+    loss_type,
+    importance_sampling_ratio=None,
 ):
-    """Loss value and d loss / d logp from TRL, all float64 numpy out (computed in fp32)."""
+    """Loss value and d loss / d logp from TRL, all float64 numpy out (computed in fp32).
+
+    ``importance_sampling_ratio`` (``[B, 1]`` or ``[B, T]``), when given, is TRL's vLLM
+    importance-sampling weight (``vllm_importance_sampling_correction``), fed as computed.
+    """
     import torch
 
     with warnings.catch_warnings():
@@ -31,8 +46,8 @@ def trl_loss_and_grad(
     t.epsilon_high = eps_high
     t.beta = beta
     t.args = SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1)
-    t.use_vllm = False
-    t.vllm_importance_sampling_correction = False
+    t.use_vllm = importance_sampling_ratio is not None
+    t.vllm_importance_sampling_correction = importance_sampling_ratio is not None
     t.model = SimpleNamespace(training=True)
     t.current_gradient_accumulation_steps = 1
     t.max_completion_length = T
@@ -53,6 +68,10 @@ def trl_loss_and_grad(
         "ref_per_token_logps": torch.tensor(np.asarray(ref_logp), dtype=torch.float32),
         "num_items_in_batch": m.sum().float(),
     }
+    if importance_sampling_ratio is not None:
+        inputs["importance_sampling_ratio"] = torch.tensor(
+            np.asarray(importance_sampling_ratio), dtype=torch.float32
+        )
     loss = GRPOTrainer._compute_loss(t, None, inputs)
     loss.backward()
     metrics = {k: v[-1] for k, v in t._metrics["train"].items()}
