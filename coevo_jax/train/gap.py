@@ -1,0 +1,171 @@
+"""The trainer's recompute of the engine's behaviour log-probs, and the gap per agent.
+
+Every round the loop hands this module the round's fresh trajectory groups before any
+policy step, so the adapters it recomputes with are exactly the ones the engine sampled
+with. The groups are packed by the policy step's own batch builder
+(``train.batching.build_policy_batch``: power-of-two rows, prompt widths in multiples of 64,
+completions at the generation budget), so the forward-only function here compiles for the
+same few shapes; rows run under their own agent's adapter, agent -1 with the adapter off.
+
+The recompute uses the trainer's numerics (``RLConfig.compute_dtype`` / ``matmul_dtype``)
+and the rollout temperature (the engine reports log-probs of ``softmax(logits / T)``; the
+in-process sampler reports greedy rows, ``T = 0``, at temperature 1). Top-p is not
+reproduced: with ``top_p < 1`` the engine renormalises over the kept tokens, so the gap then
+also holds ``log(kept mass) <= 0`` per token.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from coevo_jax.lora.weights import LoRAWeights
+from coevo_jax.models import ModelConfig
+from coevo_jax.models.decoder import cast_matrices
+from coevo_jax.rl.config import RLConfig
+from coevo_jax.rl.correction import logprob_gap
+from coevo_jax.rl.logprobs import PolicyBatch, sequence_logprobs
+from coevo_jax.train.batching import build_policy_batch
+from coevo_jax.train.buffers import Group
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("model_cfg", "compute_dtype", "matmul_dtype", "temperature", "chunk_size"),
+)
+def recompute_logprobs(
+    params: dict[str, Any],
+    lora: LoRAWeights | None,
+    batch: PolicyBatch,
+    *,
+    model_cfg: ModelConfig,
+    compute_dtype: str = "float32",
+    matmul_dtype: str | None = None,
+    temperature: float = 1.0,
+    chunk_size: int = 0,
+) -> jax.Array:
+    """``[B, T]`` float32 log-probs of ``batch.completion_ids``, each row under its agent.
+
+    Args:
+      params: frozen backbone params.
+      lora: stacked adapters (row ``b`` uses slot ``batch.agent_ids[b]``; -1 = adapter off),
+        or None for the bare backbone everywhere.
+      batch: a :class:`PolicyBatch` (ids, masks and agent ids are read).
+      model_cfg: static model config.
+      compute_dtype, matmul_dtype: the trainer's dtypes (``RLConfig``'s names).
+      temperature: sampling temperature > 0 of the engine's reported log-probs.
+      chunk_size: vocabulary-projection chunk over completion positions (0 = whole).
+
+    Returns:
+      log-probs, meaningless at masked positions. No dropout, no gradient.
+    """
+    md = jnp.dtype(matmul_dtype or compute_dtype)
+    logp, _ = sequence_logprobs(
+        cast_matrices(params, md),
+        model_cfg,
+        lora,
+        batch,
+        compute_dtype=jnp.dtype(compute_dtype),
+        matmul_dtype=md,
+        chunk_size=chunk_size,
+        with_entropy=False,
+        temperature=temperature,
+    )
+    return logp
+
+
+def _host(x: jax.Array) -> np.ndarray:
+    if not x.is_fully_addressable:  # sharded over processes (a multi-host mesh)
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
+
+
+def _chunks(groups: Sequence[Group], rows_per_batch: int) -> list[list[Group]]:
+    out: list[list[Group]] = []
+    rows = 0
+    for g in groups:
+        n = len(g.completions)
+        if out and rows + n <= rows_per_batch:
+            out[-1].append(g)
+            rows += n
+        else:
+            out.append([g])
+            rows = n
+    return out
+
+
+def group_gaps(
+    groups: Sequence[Group],
+    params: dict[str, Any],
+    lora: LoRAWeights | None,
+    model_cfg: ModelConfig,
+    rl_cfg: RLConfig,
+    *,
+    completion_len: int,
+    pad_id: int,
+    temperature: float = 1.0,
+    rows_per_batch: int = 64,
+    chunk_size: int = 0,
+    place: Callable[[PolicyBatch], PolicyBatch] | None = None,
+) -> dict[int, dict[str, float]]:
+    """The engine/trainer log-prob gap of each agent over ``groups``.
+
+    Args:
+      groups: trajectory groups whose ``agent_id`` is the adapter slot of ``lora`` that
+        sampled them (-1: the base model) and whose ``logprobs`` are the engine's; all of one
+        group size (one round's, or a self-check's).
+      params, lora: the backbone and the stacked adapters the samples came from.
+      model_cfg: static model config.
+      rl_cfg: supplies the trainer's dtypes and the batch builder's settings.
+      completion_len: completion width T (the generation budget); longer completions are
+        cut to it, as in the policy step.
+      pad_id: padding token id.
+      temperature: the rollout temperature (0, greedy, is scored at 1 as the sampler does).
+      rows_per_batch: at most this many rows per forward pass (bounds memory; groups are
+        never split, so a single larger group still runs whole).
+      chunk_size: see :func:`recompute_logprobs`.
+      place: optional ``batch -> batch`` placement (a mesh's ``place_batch``).
+
+    Returns:
+      ``{agent_id: {"token_abs", "seq_mean", "seq_absmax", "tokens", "sequences"}}`` as
+      Python floats, for every agent id present in ``groups``
+      (``coevo_jax.rl.correction.logprob_gap``).
+    """
+    if not groups:
+        return {}
+    temp = 1.0 if temperature == 0 else float(temperature)
+    behaviour, recomputed, masks, agents = [], [], [], []
+    for chunk in _chunks(groups, rows_per_batch):
+        batch, stats = build_policy_batch(
+            chunk, rl_cfg, completion_len=completion_len, pad_id=pad_id
+        )
+        rows = int(stats["rows"])
+        if place is not None:
+            batch = place(batch)
+        lp = recompute_logprobs(
+            params,
+            lora,
+            batch,
+            model_cfg=model_cfg,
+            compute_dtype=rl_cfg.compute_dtype,
+            matmul_dtype=rl_cfg.matmul_dtype,
+            temperature=temp,
+            chunk_size=chunk_size,
+        )
+        recomputed.append(_host(lp)[:rows])
+        behaviour.append(_host(batch.old_logp)[:rows])
+        masks.append(_host(batch.completion_mask)[:rows])
+        agents.append(_host(batch.agent_ids)[:rows])
+    b, r, m, a = (np.concatenate(x) for x in (behaviour, recomputed, masks, agents))
+    out = {}
+    for agent in sorted({int(x) for x in a}):
+        gap = logprob_gap(b, r, m, (a == agent).astype(np.float32))
+        out[agent] = {k: float(v) for k, v in gap.items()}
+    return out
