@@ -62,6 +62,7 @@ from coevo_jax.train.distributed import (
     replicate,
     shard_group,
 )
+from coevo_jax.train.gap import group_gaps
 from coevo_jax.train.metrics import MetricsWriter
 from coevo_jax.train.plots import FEATURES_FILE, plot_run
 from coevo_jax.train.setup import (
@@ -378,6 +379,46 @@ class Trainer:
             )
         return rewards
 
+    def _logprob_gap(self, pairs: list, flat: list) -> dict[str, dict[str, float]]:
+        """Per agent that sampled this round: the engine's behaviour log-probs against the
+        trainer's recompute of the same tokens (``train.gap``), keyed by agent id."""
+        cfg = self.cfg
+        g_size = cfg.rollout.group_size
+        out: dict[str, dict[str, float]] = {}
+        for g in self.groups:
+            groups = []
+            for k, (q, a) in enumerate(pairs):
+                if a not in g.agents:
+                    continue
+                ts = [t for _, t in flat[k * g_size : (k + 1) * g_size]]
+                groups.append(
+                    Group(
+                        agent_id=g.local(a),
+                        query_id=str(q),
+                        prompt_ids=tuple(ts[0].prompt_ids),
+                        completions=tuple(t.completion_ids for t in ts),
+                        logprobs=tuple(t.logprobs for t in ts),
+                        rewards=(0.0,) * g_size,
+                        version=0,
+                    )
+                )
+            if not groups:
+                continue
+            gaps = group_gaps(
+                groups,
+                g.step_params,
+                g.policy.lora,
+                g.backbone.cfg,
+                cfg.rl,
+                completion_len=cfg.rollout.max_new_tokens,
+                pad_id=g.backbone.tokenizer.pad_token_id,
+                temperature=cfg.rollout.temperature,
+                rows_per_batch=max(64, cfg.loop.groups_per_step * g_size * len(g.agents)),
+                place=None if g.mesh is None else (lambda b, m=g.mesh: place_batch(b, m)),
+            )
+            out.update({str(g.agents[local]): v for local, v in gaps.items()})
+        return out
+
     def run_round(self) -> dict[str, Any]:
         cfg = self.cfg
         n_agents = cfg.lora.n_agents
@@ -453,6 +494,11 @@ class Trainer:
             self.router, jnp.asarray(mean_ent, jnp.float32), jnp.asarray(ent_tok, jnp.float32)
         )
 
+        # the engine/trainer log-prob gap, under the adapters that sampled: before step 7
+        t_gap = time.perf_counter()
+        gap = self._logprob_gap(pairs, flat) if cfg.rl.measure_gap else None
+        timings["gap_s"] = time.perf_counter() - t_gap
+
         # 7: policy steps
         t3 = time.perf_counter()
         policy_metrics = self._policy_steps()
@@ -498,6 +544,7 @@ class Trainer:
             "dropped_flat": [b.dropped_flat for b in self.buffers],
             "failures": failures,
             "policy": policy_metrics,
+            "gap": gap,
             "router": {k: float(v) for k, v in jax.device_get(rm).items() if np.ndim(v) == 0},
             "counters": {
                 "T": int(self.router.counters.T),

@@ -1,6 +1,8 @@
 """Training plots as PNG (the paper's Figures 3, 5, 6, 7), written during and after a run.
 
 - ``system_reward.png``: system and per-agent mean reward over rounds;
+- ``logprob_gap.png``: the reward beside the engine/trainer log-prob gap per agent
+  (``metrics.jsonl`` key ``gap``, ``coevo_jax.train.gap``);
 - ``updates_per_agent.png``: cumulative policy steps per agent (the adaptive update frequency);
 - ``familiarity_by_class.png``: mean familiarity per agent and task class (heat map);
 - ``activated_agents.png``: histogram of how many agents each query activated;
@@ -42,6 +44,7 @@ def plot_run(run_dir: str | os.PathLike) -> list[Path]:
     written: list[Path] = []
     if rows:
         written += _reward(rows, out_dir)
+        written += _gap(rows, out_dir)
         written += _updates(rows, out_dir)
         written += _familiarity(rows, out_dir)
         written += _activations(rows, out_dir)
@@ -63,6 +66,32 @@ def _reward(rows: list[dict], out_dir: Path) -> list[Path]:
     ax.legend(fontsize=8, ncol=2)
     ax.grid(alpha=0.3)
     return [_save(fig, out_dir / "system_reward.png")]
+
+
+def _gap(rows: list[dict], out_dir: Path) -> list[Path]:
+    """Reward (left) beside the mean |delta log p| per token and the worst sequence's
+    |log-ratio| of each agent (right), on a log scale: an exact engine sits near 1e-7, a
+    bf16 one near 1e-2, a mis-served adapter near 1e-1 and above."""
+    rows = [m for m in rows if m.get("gap")]
+    if not rows:
+        return []
+    r = [m["round"] for m in rows]
+    agents = sorted({a for m in rows for a in m["gap"]}, key=lambda a: (len(a), a))
+    fig, (ax_r, ax_g) = plt.subplots(1, 2, figsize=(11, 4))
+    ax_r.plot(r, [m["system_reward"] for m in rows], "k-o", lw=2, ms=3, label="system")
+    ax_r.set(xlabel="round", ylabel="mean reward", title="Reward")
+    ax_r.grid(alpha=0.3)
+    for i, a in enumerate(agents):
+        color = f"C{i % 10}"
+        gap = [m["gap"].get(a) for m in rows]
+        tok = [np.nan if g is None else max(g["token_abs"], 1e-9) for g in gap]
+        worst = [np.nan if g is None else max(g["seq_absmax"], 1e-9) for g in gap]
+        ax_g.plot(r, tok, "-o", color=color, ms=3, label=f"agent {a}: mean |dlogp|/token")
+        ax_g.plot(r, worst, ":", color=color, alpha=0.7, label=f"agent {a}: worst sequence")
+    ax_g.set(xlabel="round", ylabel="nats", yscale="log", title="Engine vs trainer log-prob gap")
+    ax_g.legend(fontsize=7, ncol=2)
+    ax_g.grid(alpha=0.3, which="both")
+    return [_save(fig, out_dir / "logprob_gap.png")]
 
 
 def _updates(rows: list[dict], out_dir: Path) -> list[Path]:

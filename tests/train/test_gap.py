@@ -105,3 +105,30 @@ def test_chunking_gives_the_same_gap(model):
 def test_no_groups_no_gap(model):
     params, lora, _ = model
     assert group_gaps([], params, lora, CFG, RL, completion_len=T, pad_id=0) == {}
+
+
+def test_loop_logs_about_zero_gap_with_the_in_process_engine(tmp_path):
+    from coevo_jax.train.loop import Trainer
+    from coevo_jax.train.metrics import read_metrics
+    from tests.train._tiny import tiny_backbone, tiny_records
+    from tests.train.test_loop import reward_has_digit_char, tiny_config
+
+    tr = Trainer(
+        tiny_config(rounds=2),
+        tmp_path,
+        backbone=tiny_backbone(),
+        records=tiny_records(),
+        reward_fn=reward_has_digit_char,
+        progress=False,
+    )
+    rows = tr.run()
+    tr.close()
+    assert read_metrics(tmp_path)[-1]["gap"] == rows[-1]["gap"]
+    for m in rows:
+        sampled = {str(a) for a, n in enumerate(m["activated"]["per_agent"]) if n}
+        assert set(m["gap"]) == sampled, m["gap"]
+        for g in m["gap"].values():
+            assert g["tokens"] > 0 and g["token_abs"] < 1e-4 and g["seq_absmax"] < 1e-4, g
+    # the second round's samples come from stepped adapters: the recompute followed them
+    assert rows[-1]["updates"] != [0, 0]
+    assert (tmp_path / "plots" / "logprob_gap.png").is_file()
