@@ -6,18 +6,20 @@ Pipeline (DESIGN.md §5):
    ``\\fbox{...}``); escaped braces ``\\{ \\}`` do not count towards the balance. None: 0.
 2. :func:`normalize` rewrites presentation variants into one string form: math delimiters
    (``$``, ``\\(``, ``\\[``), spacing commands and whitespace, ``\\left``/``\\right``,
-   ``\\dfrac``/``\\tfrac``, ``\\text{}`` wrappers and trailing units, degree marks, thousands
-   separators (``1,000``, ``1{,}000``, ``1\\,000``), a percent mark, matrix environments
-   (``pmatrix``/``Bmatrix``/``matrix`` all become ``bmatrix``), a leading ``x =`` and a
-   trailing period. Equal strings score 1 at once, with no SymPy.
+   ``\\dfrac``/``\\tfrac``, ``\\text{}`` wrappers and trailing units (``6 \\text{ cm}^2`` too),
+   degree marks, thousands separators (``1,000``, ``1{,}000``, ``1\\,000``), a percent mark,
+   matrix environments (``pmatrix``/``Bmatrix``/``matrix`` all become ``bmatrix``), a leading
+   ``x =`` and a trailing period. Equal strings score 1 at once, with no SymPy.
 3. Multiple choice: when the gold is one letter A-E, the prediction's letter is read from
    ``(B)``, ``B.``, ``\\text{(B)}``, ``B) 12`` or ``option B``, and only letters are compared.
 4. Otherwise both sides are parsed by ``latex2sympy2_extended`` (a maintained ANTLR LaTeX
-   parser; ``\\pm`` becomes the two-element set, ``3:4`` a ratio, ``\\{..\\}`` a set,
-   ``(a, b]`` an interval) and compared by :func:`sympy_equal`: sets as unordered collections
-   with a one-to-one matching, intervals by endpoints and openness, matrices elementwise,
-   ``x = v`` by ``v``, numbers exactly or to a relative 1e-6 when a float is involved, and
-   expressions by ``simplify(a - b) == 0``.
+   parser; ``\\pm`` becomes the two-element set, also inside a fraction, ``3:4`` a ratio,
+   ``\\{..\\}`` a set, ``(a, b]`` an interval) and compared by :func:`sympy_equal`: sets as
+   unordered collections with a one-to-one matching, intervals by endpoints and openness,
+   matrices elementwise, ``x = v`` by ``v``, other equations as equal up to a nonzero constant
+   factor (``x+y=1`` is ``-2x-2y=-2``), numbers to a relative 1e-6 when a float is involved
+   and otherwise at 50 digits (``simplify`` only when that cannot tell), and expressions by
+   ``simplify(a - b) == 0``.
 
 Step 4 runs in a child process killed after ``timeout_s`` (see ``_isolate.py``): parsing and
 simplifying adversarial input (``2^{2^{2^{100}}}``, a 10^6-term product) can take unbounded
@@ -29,6 +31,7 @@ disagree on this, and a model writing either has the right answer.
 
 from __future__ import annotations
 
+import cmath
 import functools
 import re
 from fractions import Fraction
@@ -90,7 +93,9 @@ def last_boxed(text: str) -> str | None:
     return None if found is None else found[1]
 
 
-_SPACING = re.compile(r"\\[,;:! ]|\\quad|\\qquad|~")
+# ``\\\\`` (a matrix row break) is matched first so that its second backslash is never read
+# as the start of a spacing command such as ``\\ ``.
+_SPACING = re.compile(r"(\\\\)|\\[,;:! ]|\\q?quad(?![A-Za-z])|~")
 _LEFT_RIGHT = re.compile(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|big|Big)\s*(?=[()\[\]|.]|\\[{}|])")
 _TEXT_CMD = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
 _DEGREE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|°|\\degree")
@@ -103,7 +108,16 @@ _UNIT_WORD = re.compile(
     r"dollars?|cents?|units?|inches|inch|feet|foot|ft|miles?|meters?|degrees?|"
     r"sq\s*units|square\s+\w+|cubic\s+\w+|mph|percent)\.?$"
 )
+# A unit after a number, possibly squared or cubed outside its braces: ``6 \text{ cm}^2``.
+_TRAILING_UNIT = re.compile(
+    r"(?<=[\d}])\s*\\(?:text|mbox|mathrm)\s*\{\s*[A-Za-z][A-Za-z .^\d]*\}"
+    r"(?:\s*\^\s*(?:\d|\{\s*\d+\s*\}))?\s*$"
+)
 _NUMBER = re.compile(r"^-?(\d+(\.\d*)?|\.\d+)$")
+
+
+def _space(m: re.Match) -> str:
+    return m.group(1) or " "
 
 
 def _strip_delims(s: str) -> str:
@@ -124,12 +138,13 @@ def _unwrap_box(s: str) -> str:
 
 def normalize(answer: str) -> tuple[str, bool]:
     """(normalised string, whether a percent mark was present). See the module docstring."""
-    s = _unwrap_box(_strip_delims(answer))
+    # Spacing goes before the strip: a trailing ``\\ `` stripped of its space is a lone ``\\``.
+    s = _unwrap_box(_strip_delims(_SPACING.sub(_space, answer)))
     s = s.replace("\u2212", "-").replace("\n", " ")
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     s = s.replace("\\displaystyle", "").replace("{,}", ",")
     s = _LEFT_RIGHT.sub("", s)
-    s = _SPACING.sub(" ", s)
+    s = _SPACING.sub(_space, s)
     s = _DEGREE.sub("", s)
     percent = bool(re.search(r"\\?%|\\percent\b", s))
     s = re.sub(r"\\?%|\\percent\b", "", s)
@@ -138,7 +153,7 @@ def normalize(answer: str) -> tuple[str, bool]:
     m = re.fullmatch(r"\s*\\(?:text|textbf|mathrm|mbox)\s*\{(.*)\}\s*", s)
     if m and "{" not in m.group(1):
         s = m.group(1)
-    s = re.sub(r"(?<=[\d}])\s*\\(?:text|mbox|mathrm)\s*\{\s*[A-Za-z][A-Za-z .^\d]*\}\s*$", "", s)
+    s = _TRAILING_UNIT.sub("", s)
     s = _TEXT_CMD.sub(r"\1", s)
     s = s.strip().rstrip(".").strip()
     m = _UNIT_WORD.match(s)
@@ -249,8 +264,26 @@ def _parse(s: str, percent: bool):
     cfg = NormalizationConfig(
         basic_latex=True, units=True, malformed_operators=True, nits=False, boxed="none"
     )
-    expr = latex2sympy(s, normalization_config=cfg)
-    return expr
+    pm = _split_pm(s)
+    if pm is not None:
+        # The parser reads a top-level ``a \\pm b`` as a set, but not a ``\\pm`` nested in a
+        # fraction (the quadratic formula): both signs are parsed and make the set here.
+        import sympy
+
+        roots = [latex2sympy(r, normalization_config=cfg) for r in pm]
+        if all(isinstance(r, sympy.Expr) for r in roots):
+            return sympy.FiniteSet(*roots)
+    return latex2sympy(s, normalization_config=cfg)
+
+
+def _split_pm(s: str) -> tuple[str, str] | None:
+    """``s`` with its one ``\\pm`` (or ``\\mp``) read as ``+`` and as ``-``; None otherwise."""
+    hits = re.findall(r"\\(?:pm|mp)(?![A-Za-z])", s)
+    if len(hits) != 1:
+        return None
+    plus = re.sub(r"\\(?:pm|mp)(?![A-Za-z])", "+", s)
+    minus = re.sub(r"\\(?:pm|mp)(?![A-Za-z])", "-", s)
+    return plus, minus
 
 
 def _unassign(x):
@@ -295,8 +328,8 @@ def sympy_equal(a, b) -> bool:
     if isinstance(a, MatrixBase) and isinstance(b, MatrixBase):
         return a.shape == b.shape and all(sympy_equal(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, sympy.Eq) and isinstance(b, sympy.Eq):
-        return (sympy_equal(a.lhs, b.lhs) and sympy_equal(a.rhs, b.rhs)) or _zero(
-            (a.lhs - a.rhs) - (b.lhs - b.rhs)
+        return (sympy_equal(a.lhs, b.lhs) and sympy_equal(a.rhs, b.rhs)) or _proportional(
+            a.lhs - a.rhs, b.lhs - b.rhs
         )
     if isinstance(a, sympy.Rel) or isinstance(b, sympy.Rel):
         return type(a) is type(b) and sympy_equal(a.lhs, b.lhs) and sympy_equal(a.rhs, b.rhs)
@@ -305,8 +338,49 @@ def sympy_equal(a, b) -> bool:
     if a.is_number and b.is_number:
         if a.has(sympy.Float) or b.has(sympy.Float):
             return _num_close(a, b)
-        return _zero(a - b)
+        verdict = _numeric_verdict(a, b)
+        return _zero(a - b) if verdict is None else verdict
     return _zero(a - b)
+
+
+def _numeric_verdict(a, b) -> bool | None:
+    """Exact-looking numbers compared at 50 digits: True when they agree to 1e-30 (relative),
+    False when they differ by more than 1e-10, None (ask ``simplify``) in between or on error.
+
+    ``simplify`` of nested radicals can take seconds; two distinct closed forms of answer size
+    never agree to 30 digits.
+    """
+    import sympy
+
+    try:
+        va, vb = complex(sympy.N(a, 50)), complex(sympy.N(b, 50))
+        d = complex(sympy.N(a - b, 50))
+    except (TypeError, ValueError, ArithmeticError):
+        return None
+    if not all(cmath.isfinite(v) for v in (va, vb, d)):
+        return None  # oo, zoo, nan: simplify decides
+    scale = max(1.0, abs(va), abs(vb))
+    if abs(d) <= 1e-30 * scale:
+        return True
+    if abs(d) > 1e-10 * scale:
+        return False
+    return None
+
+
+def _proportional(da, db) -> bool:
+    """Whether the equations ``da = 0`` and ``db = 0`` are the same up to a nonzero constant
+    factor (``34x+45y=0`` and ``-34x-45y=0``, ``x+y=1`` and ``2x+2y=2``)."""
+    import sympy
+
+    if _zero(da - db) or _zero(da + db):
+        return True
+    try:
+        if db == 0 or da == 0:
+            return False
+        r = sympy.simplify(da / db)
+    except Exception:
+        return False
+    return bool(r.is_number and r.is_finite and r != 0 and not r.free_symbols)
 
 
 def _zero(d) -> bool:
