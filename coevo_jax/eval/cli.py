@@ -31,7 +31,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--taus", type=float, nargs="*", default=[0.3, 0.5, 0.7, 0.9], help="tau sweep for the plot"
     )
     p.add_argument("--limit", type=int, default=None, help="records per dataset (source)")
-    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="generation budget (default: the run's rollout.max_new_tokens)",
+    )
     p.add_argument("--no-baselines", action="store_true", help="evaluate the run's router only")
     p.add_argument(
         "--baselines",
@@ -82,6 +87,6 @@ def main(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
     )
     print(payload["description"])
-    print(markdown_table(payload["results"], payload["router_ms"]))
+    print(markdown_table(payload["results"], payload["router_ms"], payload.get("comparisons")))
     print(f"report written under {Path(args.run) / 'eval'}")
     return 0

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from coevo_jax._config import from_dict
+from coevo_jax.eval import stats
 from coevo_jax.eval.collect import collect
-from coevo_jax.eval.methods import evaluate_methods
-from coevo_jax.eval.report import write_report
+from coevo_jax.eval.methods import compare_to_reference, method_outcomes, sources, summarise
+from coevo_jax.eval.report import METRICS, write_report
 
 SUITES = {"cpu": ("eval_id", "eval_ood"), "id": ("eval_id",), "ood": ("eval_ood",)}
 ALL_BASELINES = ("base", "single", "uniform_vote", "random", "top", "oracle")
@@ -112,11 +113,13 @@ def evaluate_trainer(
     name: str,
     tau: float | None = None,
     taus: tuple[float, ...] = (0.3, 0.5, 0.7, 0.9),
-    max_new_tokens: int = 256,
+    max_new_tokens: int | None = None,
     baselines: tuple[str, ...] = ALL_BASELINES,
     score_fn=None,
     extra: dict[str, Any] | None = None,
     progress: bool = False,
+    seed: int = 0,
+    n_resamples: int = stats.N_RESAMPLES,
 ) -> dict[str, Any]:
     """Runs the collection pass and every method; writes the report; returns the payload.
 
@@ -126,20 +129,42 @@ def evaluate_trainer(
       out_dir: where ``{name}.json``, ``{name}.md`` and the plots go.
       tau: inference threshold (default: the run's ``eval_tau``).
       taus: threshold sweep for the tokens-vs-accuracy plot (threshold routers only).
+      max_new_tokens: generation budget (default: the run's ``rollout.max_new_tokens``, so a
+        run is evaluated at the budget it was trained with).
       baselines: which baselines to compute (see ``coevo_jax.eval.methods``).
       score_fn: ``(records, completions) -> scores`` (default: the verifiers).
       extra: more fields for the JSON payload (run directory, suite...).
       progress: a progress bar over the generation.
+      seed: seed of the random baseline, the bootstrap and the permutation tests.
+      n_resamples: bootstrap replicates per interval.
+
+    The payload's ``results`` hold one :func:`coevo_jax.eval.methods.summarise` entry per
+    method, ``comparisons`` CERA-MoA against each baseline
+    (:func:`coevo_jax.eval.methods.compare_to_reference`), ``metrics`` what every field means.
     """
     rcfg = trainer.cfg.router
+    budget_source = "argument"
+    if max_new_tokens is None:
+        max_new_tokens, budget_source = trainer.cfg.rollout.max_new_tokens, "rollout.max_new_tokens"
+
     tau = trainer.cfg.eval_tau if tau is None else tau
     t0 = time.perf_counter()
     c = collect(
         trainer, records, max_new_tokens=max_new_tokens, score_fn=score_fn, progress=progress
     )
-    results = evaluate_methods(
-        c, tau=tau, taus=taus, baselines=baselines, routing=rcfg.routing, top_k=rcfg.top_k
+    outcomes = method_outcomes(
+        c,
+        tau=tau,
+        taus=taus,
+        baselines=baselines,
+        seed=seed,
+        routing=rcfg.routing,
+        top_k=rcfg.top_k,
     )
+    src = sources(c)
+    boot = dict(seed=seed, n_resamples=n_resamples)
+    results = {k: summarise(o, src, **boot) for k, o in outcomes.items()}
+    comparisons = compare_to_reference(outcomes, src, **boot) if len(outcomes) > 1 else {}
     counts: dict[str, int] = defaultdict(int)
     for r in records:
         counts[r.source if hasattr(r, "source") else r.get("source", "unknown")] += 1
@@ -147,16 +172,25 @@ def evaluate_trainer(
     rule = f"top-{rcfg.top_k}" if rcfg.routing == "top_k" else f"tau={tau:g}"
     payload = {
         "description": f"{len(records)} queries, router {router['ablation']} ({rule}), greedy, "
-        f"max_new_tokens={max_new_tokens}",
+        f"max_new_tokens={max_new_tokens} ({budget_source})",
         "tau": tau,
         "queries": len(records),
         "queries_by_dataset": dict(sorted(counts.items())),
         "max_new_tokens": max_new_tokens,
+        "max_new_tokens_source": budget_source,
+        "bootstrap": {
+            "method": "percentile",
+            "confidence": stats.CONFIDENCE,
+            "n_resamples": n_resamples,
+            "seed": seed,
+        },
+        "metrics": METRICS,
         "router": router,
         "router_ms": c.router_ms,
         "eval_s": time.perf_counter() - t0,
         **(extra or {}),
         "results": results,
+        "comparisons": comparisons,
     }
     write_report(out_dir, name, payload)
     return payload

@@ -30,14 +30,16 @@ def check_report_files(out_dir, name, datasets):
         f"{name}.md",
         f"{name}_accuracy.png",
         f"{name}_tokens_vs_accuracy.png",
+        f"{name}_methods.png",
     } <= files
-    for png in (f"{name}_accuracy.png", f"{name}_tokens_vs_accuracy.png"):
+    for png in (f"{name}_accuracy.png", f"{name}_tokens_vs_accuracy.png", f"{name}_methods.png"):
         data = (out_dir / png).read_bytes()
         assert data.startswith(PNG) and len(data) > 1000
     md = (out_dir / f"{name}.md").read_text()
     assert "| method | accuracy |" in md and "| cera |" in md
     assert all(d in md for d in datasets)
     assert f"({name}_accuracy.png)" in md and f"({name}_tokens_vs_accuracy.png)" in md
+    assert f"({name}_methods.png)" in md
     payload = json.loads((out_dir / f"{name}.json").read_text())
     assert set(payload["results"]["cera"]["by_dataset"]) == set(datasets)
     return payload
@@ -72,6 +74,11 @@ def test_eval_writes_reports(tmp_path):
     assert payload["router_ms"] > 0
     assert payload["router"]["ablation"] == "full"
     assert payload["queries_by_dataset"] == {"toy-math": 3, "toy-reasoning": 3}
+    for m, r in res.items():  # intervals, strict and macro metrics (tests/eval/test_protocol.py)
+        for key in ("accuracy", "strict", "macro", "macro_strict"):
+            assert 0 <= r[f"{key}_ci"][0] <= r[key] <= r[f"{key}_ci"][1] <= 1, (m, key)
+    assert set(payload["comparisons"]) == set(res) - {"cera", "cera@0.3", "cera@0.9"}
+    assert payload["max_new_tokens"] == 6 and payload["max_new_tokens_source"] == "argument"
     saved = check_report_files(tmp_path / "eval", "toy", ["toy-math", "toy-reasoning"])
     assert saved["queries"] == 6
     tr.close()
@@ -92,6 +99,7 @@ def test_evaluate_run_leaves_the_run_untouched(tmp_path):
         f"{name}.md",
         f"{name}_accuracy.png",
         f"{name}_tokens_vs_accuracy.png",
+        f"{name}_methods.png",
     }
     saved = check_report_files(run / "eval", name, ["toy-math", "toy-reasoning"])
     assert saved["checkpoint_round"] == 1 and saved["run"] == str(run)
