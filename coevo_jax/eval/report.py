@@ -222,7 +222,7 @@ def _bar(results: dict[str, dict[str, Any]], path: Path) -> Path:
         [i + 0.4 - width / 2 for i in range(len(datasets))], datasets, rotation=20, ha="right"
     )
     ax.set(ylabel="accuracy (%, partial credit)", title="Accuracy per dataset (95% CI)")
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
