@@ -196,14 +196,14 @@ def collect(
     scores, base_scores = s[: len(records) * n].reshape(len(records), n), s[len(records) * n :]
     answers = [[extract_answer(r, t) for t in row] for r, row in zip(records, texts, strict=True)]
     return Collected(
-        list(records),
-        f,
-        texts,
-        base_texts,
-        scores,
-        base_scores,
-        tokens,
-        base_tokens,
-        answers,
-        router_ms,
+        records=list(records),
+        f=f,
+        texts=texts,
+        base_texts=base_texts,
+        scores=scores,
+        base_scores=base_scores,
+        tokens=tokens,
+        base_tokens=base_tokens,
+        answers=answers,
+        router_ms=router_ms,
     )

@@ -296,9 +296,10 @@ def _methods(results: dict[str, dict[str, Any]], path: Path) -> Path:
 
 def compare_table(runs: dict[str, dict[str, Any]]) -> str:
     """Paper-style table: one row per run (its router variant named), the run's routed
-    accuracy per dataset, the average, tokens and activated agents per query."""
+    accuracy per dataset, the average (with its 95% interval where the report has one), the
+    macro and strict accuracies, tokens and activated agents per query."""
     datasets = sorted({d for p in runs.values() for d in p["results"]["cera"]["by_dataset"]})
-    head = ["run", "router", *datasets, "avg", "tokens/query", "agents/query"]
+    head = ["run", "router", *datasets, "avg", "macro", "strict", "tokens/query", "agents/query"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, p in runs.items():
         r = p["results"]["cera"]
@@ -307,7 +308,9 @@ def compare_table(runs: dict[str, dict[str, Any]]) -> str:
             f"{100 * r['by_dataset'][d]:.1f}" if d in r["by_dataset"] else "-" for d in datasets
         ]
         cells += [
-            f"{100 * r['accuracy']:.1f}",
+            _pct_ci(r["accuracy"], r.get("accuracy_ci")),
+            _pct_ci(r["macro"], r.get("macro_ci")) if "macro" in r else "-",
+            _pct_ci(r["strict"], r.get("strict_ci")) if "strict" in r else "-",
             f"{r['tokens_per_query']:.1f}",
             f"{r['agents_per_query']:.2f}",
         ]
