@@ -275,6 +275,9 @@ def compare_paired(
 
     The intervals bootstrap the per-query difference ``a - b`` (paired: one resample of
     queries serves both methods); the macro difference resamples within each group.
+    With only a handful of discordant queries the percentile interval is too narrow (a
+    resample that draws none of them has probability about ``exp(-k)`` for ``k`` of them), so
+    it can exclude 0 while the exact test does not reject: the test is the one to read there.
 
     Args:
       a, b: ``[Q]`` float scores of the two methods.
