@@ -107,6 +107,11 @@ def _math_verify_rate(recs, comps) -> float | None:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small item counts (about a minute)")
+    ap.add_argument(
+        "--sets",
+        default="math_easy,math_sympy,code_mbpp",
+        help="comma-separated subset of math_easy, math_sympy, code_mbpp",
+    )
     args = ap.parse_args(argv)
     sizes = (
         {"math_easy": 200, "math_sympy": 40, "code": 40}
@@ -115,11 +120,16 @@ def main(argv=None):
     )
     cfg = RewardConfig(code_timeout_s=30.0)
     rows = []
-    sets = {
-        "math_easy": math_easy(sizes["math_easy"]),
-        "math_sympy": math_sympy(sizes["math_sympy"]),
-        "code_mbpp": code_mbpp(sizes["code"]),
+    builders = {
+        "math_easy": lambda: math_easy(sizes["math_easy"]),
+        "math_sympy": lambda: math_sympy(sizes["math_sympy"]),
+        "code_mbpp": lambda: code_mbpp(sizes["code"]),
     }
+    chosen = [name.strip() for name in args.sets.split(",") if name.strip()]
+    unknown = sorted(set(chosen) - set(builders))
+    if unknown:
+        ap.error(f"--sets: unknown {unknown}; choose from {sorted(builders)}")
+    sets = {name: builders[name]() for name in chosen}
     for name, (recs, comps) in sets.items():
         ref = _math_verify_rate(recs, comps) if name.startswith("math") else None
         for workers in (1, 2):
@@ -143,7 +153,8 @@ def main(argv=None):
             )
             print(common.format_table(rows[-1:]), flush=True)
     path = common.write_result(
-        "bench_rewards", {"config": {"sizes": sizes, "quick": args.quick}, "rows": rows}
+        "bench_rewards",
+        {"config": {"sizes": sizes, "quick": args.quick, "sets": chosen}, "rows": rows},
     )
     print()
     print(common.format_table(rows))

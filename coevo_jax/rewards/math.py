@@ -9,7 +9,7 @@ Pipeline (DESIGN.md §5):
    ``\\dfrac``/``\\tfrac``, ``\\text{}`` wrappers and trailing units (``6 \\text{ cm}^2`` too),
    degree marks, thousands separators (``1,000``, ``1{,}000``, ``1\\,000``), a percent mark,
    matrix environments (``pmatrix``/``Bmatrix``/``matrix`` all become ``bmatrix``), a leading
-   ``x =`` and a trailing period. Equal strings score 1 at once, with no SymPy.
+   ``x =`` or ``f(x) =`` and a trailing period. Equal strings score 1 at once, with no SymPy.
 3. Multiple choice: when the gold is one letter A-E, the prediction's letter is read from
    ``(B)``, ``B.``, ``\\text{(B)}``, ``B) 12`` or ``option B``, and only letters are compared.
 4. Otherwise both sides are parsed by ``latex2sympy2_extended`` (a maintained ANTLR LaTeX
@@ -101,7 +101,10 @@ _TEXT_CMD = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname
 _DEGREE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|°|\\degree")
 _THOUSANDS = re.compile(r"^-?\d{1,3}(,\d{3})+(\.\d+)?$")
 _MATRIX_ENV = re.compile(r"\\(begin|end)\{(?:pmatrix|Bmatrix|smallmatrix|matrix)\}")
-_ASSIGN = re.compile(r"^[A-Za-z](?:_\{?\w+\}?)?\s*=\s*(?!.*=)(.+)$")
+# ``x = v``, ``a_1 = v``, ``f(x) = v``: the value is the answer.
+_ASSIGN = re.compile(
+    r"^[A-Za-z](?:_\{?\w+\}?)?(?:\(\s*[A-Za-z](?:\s*,\s*[A-Za-z])*\s*\))?\s*=\s*(?!.*=)(.+)$"
+)
 _UNIT_WORD = re.compile(
     r"^(-?[\d.,/]+(?:\\frac\{\d+\}\{\d+\})?)\s*"
     r"(?:cm|mm|km|m|kg|g|mg|s|sec|seconds?|minutes?|hours?|days?|weeks?|years?|"

@@ -98,7 +98,46 @@ def _pool(name: str) -> list:
             and not re.search(r"[\[\]()\\{}]|[a-zA-Z]", g.replace("\\frac", ""))
             and not re.fullmatch(r"\d{1,3}(,\d{3})+", g)  # 58,500 is one number
         ]
+    if name == "matrices":
+        return [g for g in math_golds() if "\\begin{pmatrix}" in g]
+    if name == "intervals":
+        return [
+            g
+            for g in math_golds()
+            if re.match(r"^(\\left)?[\[(]", g)
+            and re.search(r"[\])]$", g)
+            and ("\\infty" in g or "\\cup" in g or g[0] == "[" or g[-1] == "]")
+        ]
+    if name == "two_terms":
+        return [(g, t) for g in math_golds() if (t := _two_terms(g)) is not None]
+    if name == "in_x":
+        return [
+            g
+            for g in math_golds()
+            if "x" in re.sub(r"\\[A-Za-z]+", "", g)
+            and not re.search(r"[=,<>]|\\(?:text|le|ge|in|cup|pm|mbox)", g)
+            and len(g) < 40
+        ]
     raise KeyError(name)
+
+
+def _two_terms(g: str) -> tuple[str, str] | None:
+    """``g`` split at its one top-level ``+`` into two terms, or None."""
+    if re.search(r"[=,<>]|\\(?:pm|mp|cup|cap|text|mbox|in)\b|matrix|\.$", g):
+        return None
+    depth, cuts = 0, []
+    for i, ch in enumerate(g):
+        if ch in "{([":
+            depth += 1
+        elif ch in "})]":
+            depth -= 1
+        elif depth == 0 and ch in "+-" and i > 0 and g[i - 1] not in "^_{(":
+            cuts.append((i, ch))
+    if len(cuts) != 1 or cuts[0][1] != "+":
+        return None
+    i = cuts[0][0]
+    a, b = g[:i].strip(), g[i + 1 :].strip()
+    return (a, b) if a and b else None
 
 
 def _terminating(q: Fraction) -> bool:
@@ -136,6 +175,9 @@ def _units_exponent(rng):
             (r"\ \text{in}^2", "space_text_in^2"),
             (r"\mbox{ units}^2", "mbox_units^2"),
             (r" \text{ square units}", "text_square_units"),
+            (r"\,\text{cm}^2", "thin_text_cm^2"),
+            (r" \text{cm}^{2}", "text_cm^{2}_nospace"),
+            (r"~\text{m}^2", "tilde_text_m^2"),
         ]
     )
     if rng.random() < 0.5:
@@ -144,6 +186,16 @@ def _units_exponent(rng):
 
 
 def _matrix_entries(rng):
+    if rng.random() < 0.3:
+        g = rng.choice(_pool("matrices"))
+        entry = re.compile(r"(?<=[&{\s])(-?\d+)(?=\s*(?:&|\\\\|\\end))")
+        hits = list(entry.finditer(g))
+        p = g.replace("pmatrix", "bmatrix")
+        if hits:
+            m = rng.choice(hits)
+            n = int(m.group(1))
+            p = p[: m.start()] + f"\\frac{{{2 * n}}}{{2}}" + p[m.end() :]
+        return p, g, True, "math_gold/bmatrix_frac_entry"
     r, c = rng.choice([(2, 1), (3, 1), (2, 2), (1, 2), (1, 3)])
     vals = [Fraction(rng.randint(-9, 9), rng.choice([1, 1, 2, 4])) for _ in range(r * c)]
     kind = rng.choice(["decimal_vs_frac", "sum_and_sqrt", "env_only"])
@@ -270,6 +322,8 @@ def _frac_decimal(rng):
     if q.denominator == 1:
         q += Fraction(1, 2)
     d, f = _dec(q), _latex_frac(q)
+    if rng.random() < 0.2:
+        return f"{q.numerator}/{q.denominator}", f, True, "slash_vs_frac"
     if rng.random() < 0.5:
         return f, d, True, "frac_vs_decimal"
     return d, f, True, "decimal_vs_frac"
@@ -277,7 +331,18 @@ def _frac_decimal(rng):
 
 def _reorder(rng):
     a, b, c = rng.sample(range(2, 12), 3)
-    form = rng.choice(["poly_terms", "factors", "coef_product", "sum_consts", "radical_product"])
+    form = rng.choice(
+        ["poly_terms", "factors", "coef_product", "sum_consts", "radical_product"]
+        + ["math_two_terms"] * 3
+        + ["commute_xy", "radical_sum"]
+    )
+    if form == "math_two_terms":
+        g, (t1, t2) = rng.choice(_pool("two_terms"))
+        return (f"{t2}{t1}" if t1.startswith("-") else f"{t2}+{t1}"), g, True, form
+    if form == "commute_xy":
+        return f"{a}yx^2", f"{a}x^2y", True, form
+    if form == "radical_sum":
+        return f"\\sqrt{{{c}}}+\\sqrt{{{b}}}", f"\\sqrt{{{b}}}+\\sqrt{{{c}}}", True, form
     if form == "poly_terms":
         return f"{b}x+{a}x^2+{c}", f"{a}x^2+{b}x+{c}", True, form
     if form == "factors":
@@ -290,7 +355,15 @@ def _reorder(rng):
 
 
 def _sets_intervals(rng):
-    form = rng.choice(["list_reorder", "set_braces", "interval_in", "union_swap", "math_list"])
+    form = rng.choice(
+        ["list_reorder", "set_braces", "interval_in", "union_swap", "math_list"]
+        + ["math_interval_left_right", "math_interval_in"]
+    )
+    if form.startswith("math_interval"):
+        g = rng.choice([g for g in _pool("intervals") if not re.search(r"\\left|\\cup", g)])
+        if form == "math_interval_in":
+            return f"x \\in {g}", g, True, form
+        return f"\\left{g[0]} {g[1:-1]} \\right{g[-1]}", g, True, form
     if form == "math_list":
         g = rng.choice(_pool("lists"))
         items = g.split(",")
@@ -321,6 +394,10 @@ def _numeric_gold(g: str) -> bool:
 
 
 def _x_prefix(rng):
+    if rng.random() < 0.2:
+        g = rng.choice(_pool("in_x"))
+        lhs, form = rng.choice([("y = ", "y=_expr"), ("f(x) = ", "f(x)=_expr")])
+        return lhs + g, g, True, form
     g = rng.choice(_pool("numeric"))
     lhs, form = rng.choice([("x = ", "x="), ("x=", "x=_tight"), ("y = ", "y="), ("a = ", "a=")])
     return lhs + g, g, True, form
@@ -337,6 +414,10 @@ def _text_units(rng):
             (f"{g} \\mbox{{ km}}", "mbox_km"),
             (f"{g}\\text{{ meters}}", "text_meters"),
             (f"{g} \\mathrm{{kg}}", "mathrm_kg"),
+            (f"\\text{{{g} cm}}", "text_all"),
+            (f"{g}\\,\\text{{cm}}", "thin_text_cm"),
+            (f"{g}\\text{{cm}}", "text_cm_tight"),
+            (f"{g} \\textrm{{ cm}}", "textrm_cm"),
         ]
     )
     return pred, g, True, form
@@ -350,7 +431,9 @@ def _thousands(rng):
     while digits:
         groups.insert(0, digits[-3:])
         digits = digits[:-3]
-    sep, form = rng.choice([(",", "comma"), ("{,}", "brace_comma"), ("\\,", "thin_space")])
+    sep, form = rng.choice(
+        [(",", "comma"), ("{,}", "brace_comma"), ("\\,", "thin_space"), (" ", "space")]
+    )
     pred = ("-" if neg else "") + sep.join(groups)
     return pred, g, True, form
 
@@ -358,7 +441,16 @@ def _thousands(rng):
 def _percent(rng):
     if rng.random() < 0.6:
         g = rng.choice(gsm8k_golds())
-        return rng.choice([f"{g}\\%", f"{g}%"]), g, True, "percent_vs_number"
+        pred, form = rng.choice(
+            [
+                (f"{g}\\%", "percent_vs_number"),
+                (f"{g}%", "percent_vs_number"),
+                (f"{g} \\%", "spaced_percent"),
+                (f"{g}\\text{{\\%}}", "text_percent"),
+                (f"{g} \\text{{ percent}}", "text_word_percent"),
+            ]
+        )
+        return pred, g, True, form
     q = Fraction(rng.randint(1, 99), 100)
     return f"{rng.choice([_dec(q * 100)])}\\%", _dec(q), True, "percent_vs_fraction"
 
@@ -371,6 +463,8 @@ def _degrees(rng):
             (f"{g}^{{\\circ}}", "circ_braced"),
             (f"{g} ^\\circ", "space_circ"),
             (f"{g}\\text{{ degrees}}", "text_degrees"),
+            (f"{g}°", "unicode_degree"),
+            (f"{g}\\degree", "degree_cmd"),
         ]
     )
     return pred, g, True, form
@@ -386,6 +480,10 @@ def _multiple_choice(rng):
             (f"\\text{{({letter})}}", "text_paren"),
             (f"\\textbf{{({letter})}}", "textbf_paren"),
             (f"\\text{{{letter}}}", "text_bare"),
+            (f"\\textbf{{{letter}}}", "textbf_bare"),
+            (f"\\mathrm{{({letter})}}", "mathrm_paren"),
+            (f"{letter})", "close_paren"),
+            (f"(\\text{{{letter}}})", "paren_text"),
         ]
     )
     return pred, g, letter == g, form + ("" if letter == g else "/wrong_letter")
@@ -404,7 +502,30 @@ def _perturb_digit(g: str, rng) -> str | None:
 
 
 def _perturbed(rng):
-    form = rng.choice(["int", "int", "gsm", "frac", "digit", "matrix", "interval", "pm", "list"])
+    form = rng.choice(
+        ["int", "int", "gsm", "frac", "digit", "matrix", "interval", "pm", "list"]
+        + ["math_matrix", "math_interval", "math_negate", "math_two_terms"]
+    )
+    if form == "math_matrix":
+        g = rng.choice(_pool("matrices"))
+        m = re.search(r"(?<=[&{\s])(-?\d+)(?=\s*(?:&|\\\\|\\end))", g)
+        if m:
+            return g[: m.start()] + str(int(m.group(1)) + 1) + g[m.end() :], g, False, form
+        form = "digit"
+    if form == "math_interval":
+        g = rng.choice(_pool("intervals"))
+        flip = {"[": "(", "(": "[", "]": ")", ")": "]"}
+        if g[0] in "[" or (g[0] == "(" and not g.startswith("(-\\infty")):
+            return flip[g[0]] + g[1:], g, False, form
+        if g[-1] in "])" and not g.endswith("\\infty)"):
+            return g[:-1] + flip[g[-1]], g, False, form
+        form = "digit"
+    if form == "math_negate":
+        g = rng.choice([g for g in _pool("numeric") if re.search(r"[1-9]", g)])
+        return f"-\\left({g}\\right)", g, False, form
+    if form == "math_two_terms":
+        g, (t1, t2) = rng.choice(_pool("two_terms"))
+        return f"{t1}-{t2}", g, False, form
     if form in ("int", "gsm"):
         g = rng.choice(_math_ints() if form == "int" else gsm8k_golds())
         n = int(g)

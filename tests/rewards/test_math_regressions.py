@@ -70,3 +70,9 @@ def test_equation_against_its_negation():
     assert _score("68x+90y-40z+200=0", gold) == 1.0  # same plane, scaled
     assert _score("34x+45y-20z-100=0", gold) == 0.0
     assert _score("34x+45y-20z+100=1", gold) == 0.0
+
+
+def test_function_name_prefix():
+    # found by the differential test (x_prefix class): ``f(x) =`` is a prefix like ``x =``
+    assert _score("f(x) = 6x^2 + 30x + 36", "6x^2+30x+36") == 1.0
+    assert _score("f(x) = 6x^2 + 30x + 35", "6x^2+30x+36") == 0.0
