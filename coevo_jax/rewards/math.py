@@ -347,11 +347,14 @@ def sympy_equal(a, b) -> bool:
 
 
 def _numeric_verdict(a, b) -> bool | None:
-    """Exact-looking numbers compared at 50 digits: True when they agree to 1e-30 (relative),
-    False when they differ by more than 1e-10, None (ask ``simplify``) in between or on error.
+    """Exact-looking numbers compared numerically: True when ``a - b`` evaluates to below
+    1e-45 of their size, False when it is above 1e-10 of it, None (ask ``simplify``) in
+    between or on error.
 
-    ``simplify`` of nested radicals can take seconds; two distinct closed forms of answer size
-    never agree to 30 digits.
+    ``simplify`` of nested radicals can take seconds. ``N(a - b, 50)`` carries 50 significant
+    digits of the *difference* (evalf raises its working precision under cancellation), so a
+    true zero comes out far below 1e-45. Numbers above 1e12 always go to ``simplify``: there
+    a relative bound would call ``7^{94}`` and ``7^{94}-1`` equal.
     """
     import sympy
 
@@ -363,7 +366,9 @@ def _numeric_verdict(a, b) -> bool | None:
     if not all(cmath.isfinite(v) for v in (va, vb, d)):
         return None  # oo, zoo, nan: simplify decides
     scale = max(1.0, abs(va), abs(vb))
-    if abs(d) <= 1e-30 * scale:
+    if scale > 1e12:
+        return None  # 7^{94} against 7^{94}-1: a unit apart is a tiny relative difference
+    if abs(d) <= 1e-45 * scale:
         return True
     if abs(d) > 1e-10 * scale:
         return False

@@ -504,8 +504,13 @@ def _perturb_digit(g: str, rng) -> str | None:
 def _perturbed(rng):
     form = rng.choice(
         ["int", "int", "gsm", "frac", "digit", "matrix", "interval", "pm", "list"]
-        + ["math_matrix", "math_interval", "math_negate", "math_two_terms"]
+        + ["math_matrix", "math_interval", "math_negate", "math_two_terms", "big_power"]
     )
+    if form == "big_power":
+        # a difference far below the size of the numbers: no rounding may call them equal
+        base, n = rng.choice([2, 3, 7]), rng.randint(60, 120)
+        off = rng.choice(["+1", "-1", "+\\sqrt{2}"])
+        return f"{base}^{{{n}}}{off}", f"{base}^{{{n}}}", False, form
     if form == "math_matrix":
         g = rng.choice(_pool("matrices"))
         m = re.search(r"(?<=[&{\s])(-?\d+)(?=\s*(?:&|\\\\|\\end))", g)
@@ -515,9 +520,9 @@ def _perturbed(rng):
     if form == "math_interval":
         g = rng.choice(_pool("intervals"))
         flip = {"[": "(", "(": "[", "]": ")", ")": "]"}
-        if g[0] in "[" or (g[0] == "(" and not g.startswith("(-\\infty")):
+        if g[0] == "[" or (g[0] == "(" and "\\infty" not in g[:14]):
             return flip[g[0]] + g[1:], g, False, form
-        if g[-1] in "])" and not g.endswith("\\infty)"):
+        if g[-1] in "])" and "\\infty" not in g[-14:]:
             return g[:-1] + flip[g[-1]], g, False, form
         form = "digit"
     if form == "math_negate":

@@ -76,3 +76,18 @@ def test_function_name_prefix():
     # found by the differential test (x_prefix class): ``f(x) =`` is a prefix like ``x =``
     assert _score("f(x) = 6x^2 + 30x + 36", "6x^2+30x+36") == 1.0
     assert _score("f(x) = 6x^2 + 30x + 35", "6x^2+30x+36") == 0.0
+
+
+@pytest.mark.parametrize(
+    "pred,gold",
+    [(r"2^{100}", r"2^{100}+1"), (r"\sqrt{2}", r"\sqrt{2+10^{-40}}"), ("-\\infty", "\\infty")],
+)
+def test_numeric_shortcut_never_calls_near_numbers_equal(pred, gold):
+    # the 50-digit check that spares simplify() must not round a tiny difference to zero
+    assert _score(pred, gold) == 0.0
+
+
+@pytest.mark.parametrize("pred", [r"7^{94}-1", r"7^{94}+\sqrt{2}", r"10^{20}\sqrt{2}+1"])
+def test_large_numbers_a_little_apart_are_different(pred):
+    gold = r"10^{20}\sqrt{2}" if "sqrt{2}+1" in pred else r"7^{94}"
+    assert _score(pred, gold) == 0.0

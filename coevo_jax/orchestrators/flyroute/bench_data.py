@@ -35,13 +35,18 @@ SEED_DESCRIPTIONS = {
     "reasoning": "Answers general knowledge and reasoning questions.",
 }
 
-# Each expert's own answer-format instruction (the agent's prompt, fixed per agent, so it
-# carries no per-query label): what lets a verifier gate check its answers.
+# Each expert's own prompt: a role line and its answer-format instruction (fixed per agent, so
+# it carries no per-query label). The role makes experts that share a backbone different
+# functions; the format line lets a verifier gate check the answers.
 AGENT_TEMPLATES = {
-    "math": "{query}\n\nPut your final answer within \\boxed{}.",
-    "code": "{query}\n\nReturn the complete solution in one ```python code block.",
-    "instructions": "{query}",
-    "reasoning": "{query}\n\nPut your final answer within \\boxed{}.",
+    "math": "You are a mathematician. Solve the problem step by step.\n\n{query}\n\n"
+    "Put your final answer within \\boxed{}.",
+    "code": "You are an expert Python programmer.\n\n{query}\n\n"
+    "Return the complete solution in one ```python code block.",
+    "instructions": "You are a careful writer who follows every formatting instruction exactly."
+    "\n\n{query}",
+    "reasoning": "You are an expert in general knowledge and logical reasoning. Think it "
+    "through, then answer.\n\n{query}\n\nPut your final answer within \\boxed{}.",
 }
 
 

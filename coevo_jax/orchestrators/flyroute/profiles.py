@@ -97,12 +97,12 @@ class Profile:
 
     @property
     def store_size(self) -> int:
-        """``|E_a|``: all entries, registration seeds included (the seed's ``E_i^seed``)."""
+        """All entries, registration seeds included (what retrieval indexes)."""
         return len(self.successes)
 
     @property
     def n_gated(self) -> int:
-        """Successes added by the quality gate (seeds excluded)."""
+        """``|E_a|`` of the uncertainty: successes added by the quality gate (seeds excluded)."""
         return sum(not s.is_seed for s in self.successes)
 
     @property
