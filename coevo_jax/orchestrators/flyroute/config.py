@@ -28,6 +28,10 @@ class FlyRouteConfig:
       min_seed_queries: registration needs at least this many seed queries (seed: 5).
       router_top_k: retrieved success queries per agent in the router prompt (seed: 20).
       router_truncate_chars: each retrieved query is cut to this many characters (seed: 450).
+      router_prompt_tokens: a cap on the router prompt's tokens (chat template included)
+        below the budget the LLM derives from its context length; None: that budget alone.
+        Retrieved queries that do not fit are left out, lowest-ranked first (see
+        :func:`.exploit.fit_router_prompt`).
       distill_every: M, distil an agent's description after every M new gated successes
         (ours: 10; the seed does not give M).
       distill_recent: how many of the most recent successes the distillation prompt shows.
@@ -51,6 +55,7 @@ class FlyRouteConfig:
     min_seed_queries: int = 5
     router_top_k: int = 20
     router_truncate_chars: int = 450
+    router_prompt_tokens: int | None = None
     distill_every: int = 10
     distill_recent: int = 10
     distill_response_chars: int = 300
@@ -78,6 +83,11 @@ class FlyRouteConfig:
         check(self.explore_floor >= 0.0, f"explore_floor must be >= 0, got {self.explore_floor}")
         check(self.n_explore >= 0, f"n_explore must be >= 0, got {self.n_explore}")
         check(self.agent_temperature >= 0.0, "agent_temperature must be >= 0")
+        check(
+            self.router_prompt_tokens is None
+            or (isinstance(self.router_prompt_tokens, int) and self.router_prompt_tokens >= 1),
+            f"router_prompt_tokens must be None or an integer >= 1, got {self.router_prompt_tokens!r}",
+        )
         for name in (
             "max_exploit",
             "min_seed_queries",

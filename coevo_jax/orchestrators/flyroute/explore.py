@@ -1,7 +1,9 @@
 """BM25-gated exploration (seed 003 Eqs. 2-5, DESIGN.md §8).
 
-- Profile uncertainty ``U(a) = exp(-alpha * |E_a|)``, ``|E_a|`` counting registration seeds
-  (the profile starts as ``(d_seed, {}, E_seed)``).
+- Profile uncertainty ``U(a) = exp(-alpha * |E_a|)`` with ``|E_a|`` the number of
+  quality-gated successes (the seed: "the number of quality-gated successes"); registration
+  seeds do not count. Counting them would start every agent at ``U <= exp(-2.5)``, so
+  ``V+ <= 0.041 < gamma = 0.06`` and the gamma test could never pass.
 - Relevance ``R(q, a)``: normalised BM25 (see :mod:`.retrieval`).
 - Base value ``V = U * R``; redundancy-aware score ``V+ = V * (1 - beta * R)`` (our reading
   of the redundancy weight: a near-duplicate of what the agent already stores, R near 1, adds
@@ -26,9 +28,9 @@ from coevo_jax.orchestrators.flyroute.profiles import ProfileStore
 from coevo_jax.orchestrators.flyroute.retrieval import QueryScores
 
 
-def uncertainty(store_size: np.ndarray | int, alpha: float) -> np.ndarray:
-    """``U = exp(-alpha * |E|)``; ``store_size`` any shape of counts, float64 out, same shape."""
-    return np.exp(-alpha * np.asarray(store_size, np.float64))
+def uncertainty(n_gated: np.ndarray | int, alpha: float) -> np.ndarray:
+    """``U = exp(-alpha * |E|)``; ``n_gated`` (gated successes) any shape, float64 out."""
+    return np.exp(-alpha * np.asarray(n_gated, np.float64))
 
 
 def explore_value(u: np.ndarray, r: np.ndarray) -> np.ndarray:
@@ -89,7 +91,7 @@ def explore(
     """Computes U, R, V, V+ for every agent and selects exploration targets outside ``exploit``."""
     names = store.names
     rel = scores.relevance
-    u = uncertainty([store[a].store_size for a in names], config.alpha)
+    u = uncertainty([store[a].n_gated for a in names], config.alpha)
     r = np.array([rel.get(a, 0.0) for a in names], np.float64)
     v = explore_value(u, r)
     vp = redundancy_adjusted(v, r, config.beta)

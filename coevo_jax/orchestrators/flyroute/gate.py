@@ -237,7 +237,7 @@ def verifier_from_records(
     records: Mapping[str, Any],
     score_fn: Callable[[Any, str], float] | None = None,
 ) -> Verifier:
-    """Wraps a record-level reward function as a :data:`Verifier` keyed by query id.
+    """Wraps a record-level scorer as a :data:`Verifier` keyed by query id.
 
     The replay harness, not the pipeline, holds ``records`` (id -> record with its verifier
     metadata). The verifier reveals whether a response is *correct*; it never hands the
@@ -245,17 +245,16 @@ def verifier_from_records(
 
     Args:
       records: query id -> record (whatever ``score_fn`` takes).
-      score_fn: ``(record, completion) -> float in [0, 1]``; default
-        ``coevo_jax.rewards.score`` (imported lazily: it is a separate package).
+      score_fn: ``(record, completion) -> float in [0, 1]``; default: the paper metric of
+        :func:`coevo_jax.orchestrators.scoring.task_outcome` (pass@1 on all tests for code,
+        exact match for math and reasoning, token F1 for QA, IFEval strict), not the training
+        reward's partial credit: a program passing half its tests is not a success.
     """
     if score_fn is None:
-        try:
-            from coevo_jax.rewards import score as score_fn  # type: ignore[no-redef]
-        except ImportError as e:
-            raise ImportError(
-                "the verifier gate needs coevo_jax.rewards.score(record, completion); "
-                f"it could not be imported ({e}). Pass score_fn= or use the judge gate."
-            ) from e
+        from coevo_jax.orchestrators.scoring import task_outcome
+
+        def score_fn(rec: Any, completion: str) -> float:
+            return task_outcome(rec, completion).score
 
     def verify(query: Query, response: str) -> float | None:
         rec = records.get(query.id)

@@ -8,6 +8,7 @@ returned decisions against gold labels it keeps to itself.
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from collections import Counter
 from collections.abc import Mapping
 
@@ -22,6 +23,12 @@ from coevo_jax.orchestrators.flyroute.retrieval import ProfileRetriever
 from coevo_jax.orchestrators.llm import TextLLM, TextRequest
 
 AGENT_TAG = "flyroute.agent"
+
+
+def agent_seed(base: int, step: int, agent: str) -> int:
+    """The sampling seed of ``agent``'s answer at ``step``: distinct per agent, so experts that
+    share a backbone and differ in nothing else still sample independently."""
+    return (base * 1_000_003 + step * 10_007 + zlib.crc32(agent.encode())) % 2**31
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,7 +173,7 @@ class FlyRoute:
                 agent=a,
                 max_tokens=cfg.agent_max_tokens,
                 temperature=cfg.agent_temperature,
-                seed=cfg.seed + step,
+                seed=agent_seed(cfg.seed, step, a),
                 tag=AGENT_TAG,
             )
             for a in dispatched

@@ -43,6 +43,10 @@ class EvalResult:
       unparsed: router replies with no agent name (fallback used).
       bm25_accuracy: accuracy of routing to ``argmax_a R(q, a)`` (None if not computed).
       predictions: query id -> predicted agent (None: no agent picked).
+      included_mean: retrieved queries the router prompt showed per call (all agents
+        together), averaged over the items.
+      prompt_tokens_max: the longest router prompt in tokens (None: the LLM cannot count).
+      prompt_budget: the router's prompt budget in tokens (None: unbounded).
     """
 
     accuracy: float
@@ -53,6 +57,9 @@ class EvalResult:
     bm25_accuracy: float | None = None
     bm25_per_domain: dict[str, float] | None = None
     predictions: dict[str, str | None] = dataclasses.field(default_factory=dict)
+    included_mean: float = 0.0
+    prompt_tokens_max: int | None = None
+    prompt_budget: int | None = None
 
     def summary(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -88,6 +95,8 @@ def evaluate(
     preds: list[str | None] = []
     bm25_preds: list[str | None] = []
     unparsed = 0
+    included: list[int] = []
+    tokens: list[int] = []
     names = store.names
     bar = tqdm(total=len(items), desc=desc, disable=not progress, leave=False)
     for i in range(0, len(items), batch_size):
@@ -96,6 +105,9 @@ def evaluate(
         for r in router.route([it.query for it in chunk], store, retriever, scores=scores):
             preds.append(r.agents[0] if r.agents else None)
             unparsed += int(not r.parsed)
+            included.append(sum(r.included.values()))
+            if r.prompt_tokens is not None:
+                tokens.append(r.prompt_tokens)
         for s in scores:
             raw = s.raw
             top = max(names, key=lambda a: (raw[a], -names.index(a)))
@@ -113,6 +125,9 @@ def evaluate(
         b_acc,
         b_per,
         {it.query.id: p for it, p in zip(items, preds, strict=True)},
+        sum(included) / len(included) if included else 0.0,
+        max(tokens) if tokens else None,
+        router.budget,
     )
 
 

@@ -15,13 +15,30 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}"
 
 
+def _tokens(e: dict[str, Any]) -> str:
+    t, b = e.get("prompt_tokens_max"), e.get("prompt_budget")
+    if t is None:
+        return "-"
+    return f"{t} / {b}" if b is not None else str(t)
+
+
 def accuracy_table(results: dict[str, Any]) -> str:
-    """A markdown table: one row per baseline and checkpoint, overall + per-domain accuracy (%)."""
+    """A markdown table: one row per baseline and checkpoint; every column names its metric
+    (routing accuracy in %, counts, router-prompt sizes)."""
     domains = sorted(
         {d for e in results["checkpoints"] for d in e["per_domain"]}
         | {d for e in results["baselines"].values() for d in e["per_domain"]}
     )
-    head = ["router", "step", "overall", *domains, "BM25 argmax", "unparsed"]
+    head = [
+        "router",
+        "replayed queries",
+        "routing acc. % (overall)",
+        *(f"routing acc. % ({d})" for d in domains),
+        "BM25-argmax routing acc. %",
+        "unparsed replies (count)",
+        "retrieved queries in prompt (mean/call)",
+        "router prompt tokens (max / budget)",
+    ]
     rows = [head, ["---"] * len(head)]
     for name, e in results["baselines"].items():
         rows.append(
@@ -32,6 +49,8 @@ def accuracy_table(results: dict[str, Any]) -> str:
                 *(_pct(e["per_domain"].get(d)) for d in domains),
                 "-",
                 str(e["unparsed"]),
+                f"{e.get('included_mean', 0.0):.1f}",
+                _tokens(e),
             ]
         )
     for e in results["checkpoints"]:
@@ -44,6 +63,8 @@ def accuracy_table(results: dict[str, Any]) -> str:
                 *(_pct(e["per_domain"].get(d)) for d in domains),
                 _pct(e.get("bm25_accuracy")),
                 str(e["unparsed"]),
+                f"{e.get('included_mean', 0.0):.1f}",
+                _tokens(e),
             ]
         )
     return "\n".join("| " + " | ".join(r) + " |" for r in rows)

@@ -31,9 +31,12 @@ def test_replay_on_smollm2_completes_and_reports_accuracy(tmp_path):
         distill_every=1,
         distill_max_tokens=24,
         n_explore=1,
+        # about what the cold prompt needs with every retrieved query (~285 tokens); the
+        # distilled descriptions later push the full prompt past it, so entries get dropped
+        router_prompt_tokens=300,
     )
     store = bench.register(ProfileStore(journal=tmp_path / "journal.jsonl"))
-    llm = engine_llm(None, store.names, max_prompt_tokens=768)
+    llm = engine_llm(None, store.names)  # budgets from SmolLM2's 8192-token context
     fr = FlyRoute.from_llm(store, llm, cfg)
     results = replay(
         fr,
@@ -51,6 +54,16 @@ def test_replay_on_smollm2_completes_and_reports_accuracy(tmp_path):
         assert 0.0 <= c["accuracy"] <= 1.0 and c["n"] == 4
         assert set(c["per_domain"]) == {"math", "code", "if", "reasoning"}
     assert results["checkpoints"][-1]["pipeline_stats"]["steps"] == 4
+    for c in results["checkpoints"]:
+        # the router prompt was fitted: within budget, with retrieved queries in it
+        assert c["prompt_budget"] == 300 and c["prompt_tokens_max"] <= 300
+        assert 0 < c["included_mean"] <= 4 * 3
+        print(
+            f"step {c['step']}: router prompt <= {c['prompt_tokens_max']} / 300 tokens, "
+            f"{c['included_mean']:.2f} retrieved queries per call (of up to 12)"
+        )
+    stats = results["router_stats"]
+    assert 0 < stats["retrieved_included"] <= stats["retrieved_available"]
     gate = results["checkpoints"][-1]["gate_stats"]
     assert gate["judged"] >= 4  # at least one judged response per step
     assert ProfileStore.load(tmp_path / "journal.jsonl").store_sizes() == store.store_sizes()

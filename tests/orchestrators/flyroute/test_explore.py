@@ -52,16 +52,41 @@ def test_explore_end_to_end_values():
     s.register("math", [f"integral {i}" for i in range(5)])
     s.register("code", [f"python {i}" for i in range(5)])
     for i in range(5):
-        s.add_success("math", f"integral more {i}", "r", 0.9)  # |E_math| = 10
+        s.add_success("math", f"integral more {i}", "r", 0.9)  # |E_math| = 5 gated
     sc = ProfileRetriever(s).score("integral python")
     cfg = FlyRouteConfig()
     res = explore(s, sc, [], cfg)
     rel = sc.relevance
-    for a, n in (("math", 10), ("code", 5)):
+    for a, n in (("math", 5), ("code", 0)):  # registration seeds do not count
         assert res.u[a] == pytest.approx(math.exp(-0.5 * n))
         assert res.r[a] == pytest.approx(rel[a])
         assert res.v[a] == pytest.approx(res.u[a] * rel[a])
         assert res.vplus[a] == pytest.approx(res.v[a] * (1 - 0.5 * rel[a]))
-    # both below gamma = 0.06: fallback, the less-known agent first
-    assert res.fallback and res.selected == ["code", "math"]
+    # code (no gated success, U = 1) passes gamma; math (U = e^-2.5, V+ <= 0.041) does not
+    assert res.vplus["code"] >= cfg.gamma > res.vplus["math"]
+    assert not res.fallback and res.selected == ["code"]
+    # with code already exploited nothing passes gamma: the fallback takes math
     assert explore(s, sc, ["code"], cfg).selected == ["math"]
+    assert explore(s, sc, ["code"], cfg).fallback
+
+
+def test_gamma_gates_while_few_successes_and_stops_once_many():
+    """|E| counts gated successes: a freshly registered agent (5 seeds) is explored through
+    the gamma gate; once it has many gated successes its V+ falls below gamma."""
+    s = ProfileStore()
+    s.register("math", [f"integral {i}" for i in range(5)])
+    s.register("code", [f"python {i}" for i in range(5)])
+    cfg = FlyRouteConfig()  # alpha 0.5, beta 0.5, gamma 0.06
+    q = "integral"
+    res = explore(s, ProfileRetriever(s).score(q), ["code"], cfg)
+    # R(math) = 1, |E| = 0: U = 1, V = 1, V+ = 1 * (1 - 0.5) = 0.5 >= 0.06
+    assert res.u["math"] == 1.0 and res.vplus["math"] == pytest.approx(0.5)
+    assert res.selected == ["math"] and not res.fallback
+    seen = []
+    for i in range(8):
+        s.add_success("math", f"integral solved {i}", "r", 0.9)
+        res = explore(s, ProfileRetriever(s).score(q), ["code"], cfg)
+        seen.append(res.fallback)
+    # |E| = 1..8: V+ = 0.5 e^{-|E|/2} = 0.303, 0.184, 0.112, 0.068, 0.041, ... (R stays 1)
+    assert res.vplus["math"] == pytest.approx(0.5 * math.exp(-4.0))
+    assert seen == [False, False, False, False, True, True, True, True]

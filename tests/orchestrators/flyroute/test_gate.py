@@ -129,3 +129,28 @@ def test_verifier_gate_over_the_project_rewards():
         (0.0, False, "verifier"),
         (1.0, True, "verifier"),
     ]
+
+
+def test_default_verifier_does_not_pass_partially_correct_code():
+    """theta = 0.7 on partial credit let a program failing a quarter of its tests in; the
+    default verifier scores pass@1 on all tests."""
+    records = {
+        "c": {
+            "id": "c",
+            "class": "code",
+            "problem": "add",
+            "fn_name": "add",
+            "test_cases": {
+                "asserts": [
+                    "assert add(1, 2) == 3",
+                    "assert add(0, 0) == 0",
+                    "assert add(5, 5) == 10",
+                    "assert add(2, 2) == 5",
+                ]
+            },
+        }
+    }
+    prog = "```python\ndef add(a, b):\n    return a + b\n```"  # 3 of 4 tests
+    gate = VerifierGate(verifier_from_records(records), theta=0.7)
+    (r,) = gate([GateItem(Query("c", "add"), "code", prog)])
+    assert (r.score, r.passed) == (0.0, False)

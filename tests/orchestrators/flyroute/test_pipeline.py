@@ -1,4 +1,5 @@
 import dataclasses
+import math
 import random
 
 import pytest
@@ -142,3 +143,81 @@ def test_agent_templates_reach_only_the_agents():
     assert fr.store["math"].successes[-1].query == "question about integral now"
     with pytest.raises(ValueError, match="placeholder"):
         FlyRoute.from_llm(_store(), llm, agent_templates={"math": "no placeholder"})
+
+
+class SharedBackboneLLM(ScriptedLLM):
+    """One model for every agent: an answer is a function of (prompt, seed) only, as with a
+    sampled shared backbone; the agent's name is not seen."""
+
+    def _one(self, r):
+        if r.tag == AGENT_TAG:
+            import zlib
+
+            return f"answer {zlib.crc32(f'{r.prompt}|{r.seed}'.encode()) % 1000}"
+        return super()._one(r)
+
+
+def test_two_experts_asked_the_same_query_can_answer_differently():
+    from coevo_jax.orchestrators.flyroute.bench_data import AGENT_TEMPLATES
+
+    s = _store()
+    llm = SharedBackboneLLM(router="math", judge=lambda q, r: "Score: 0.1")
+    cfg = FlyRouteConfig(n_explore=3, gamma=0.0, distill_every=1000)
+    fr = FlyRoute.from_llm(s, llm, cfg, agent_templates=AGENT_TEMPLATES)
+    # a query matching both experts' stores, so exploration dispatches reasoning too
+    res = fr.step(Query("q", "integral riddle"))
+    assert {"math", "reasoning"} <= set(res.dispatched)
+    reqs = {r.agent: r for r in llm.by_tag(AGENT_TAG)}
+    assert reqs["math"].prompt != reqs["reasoning"].prompt
+    assert reqs["math"].seed != reqs["reasoning"].seed
+    assert res.responses["math"] != res.responses["reasoning"]
+    # even without templates, the sampling seeds differ per agent
+    llm2 = SharedBackboneLLM(router="math", judge=lambda q, r: "Score: 0.1")
+    fr2 = FlyRoute.from_llm(_store(), llm2, cfg)
+    res2 = fr2.step(Query("q", "integral riddle"))
+    seeds = {r.agent: r.seed for r in llm2.by_tag(AGENT_TAG)}
+    assert len(set(seeds.values())) == len(seeds) >= 2
+    assert res2.responses["math"] != res2.responses["reasoning"]
+
+
+def test_scripted_run_hand_computed_u_r_vplus_and_selections():
+    """Six steps with known outcomes; U, R, V+ and the selections computed by hand.
+
+    Stores: math "integral m0..m4", chem "molecule c0..c4", code "python k0..k4". The router
+    always picks code; the judge passes only the topic expert (math for both queries below).
+    alpha = beta = 0.5, gamma = 0.06, n_explore = 2.
+    """
+    s = ProfileStore()
+    s.register("math", [f"integral m{i}" for i in range(5)], "Math.")
+    s.register("chem", [f"molecule c{i}" for i in range(5)], "Chemistry.")
+    s.register("code", [f"python k{i}" for i in range(5)], "Code.")
+    llm = ScriptedLLM(router="code")
+    fr = FlyRoute.from_llm(s, llm, FlyRouteConfig(distill_every=1000))
+
+    # step 0, "integral molecule": no gated success anywhere, U = 1. math and chem stores are
+    # mirror images (same lengths, same document frequencies), so R = 1 for both, 0 for code.
+    # V+ = 1 * 1 * (1 - 0.5 * 1) = 0.5 >= gamma for both: explore [math, chem] (tie ->
+    # registration order). The judge passes math only.
+    r = fr.step(Query("q0", "integral molecule"))
+    e = r.exploration
+    assert e.u == {"math": 1.0, "chem": 1.0, "code": 1.0}
+    assert e.r == pytest.approx({"math": 1.0, "chem": 1.0, "code": 0.0})
+    assert e.vplus == pytest.approx({"math": 0.5, "chem": 0.5, "code": 0.0})
+    assert (e.selected, e.fallback) == (["math", "chem"], False)
+    assert r.dispatched == ["code", "math", "chem"] and r.stored == ["math"]
+
+    # steps 1-5, "integral": only math matches (R = 1, others 0); math has n = 1..5 gated
+    # successes: V+ = 0.5 e^{-n/2} = 0.3033, 0.1839, 0.1116, 0.0677 (>= gamma), then 0.0410
+    # (< gamma: the fallback takes math anyway, the only agent with V+ > 0).
+    want_vplus = [0.30327, 0.18394, 0.11157, 0.06767, 0.04104]
+    for n, vp in enumerate(want_vplus, start=1):
+        r = fr.step(Query(f"q{n}", "integral"))
+        e = r.exploration
+        assert e.u["math"] == pytest.approx(math.exp(-0.5 * n))
+        assert e.u["chem"] == e.u["code"] == 1.0
+        assert e.r == pytest.approx({"math": 1.0, "chem": 0.0, "code": 0.0})
+        assert e.vplus["math"] == pytest.approx(vp, abs=1e-5)
+        assert e.vplus["chem"] == e.vplus["code"] == 0.0
+        assert e.selected == ["math"] and e.fallback == (vp < 0.06)
+        assert r.stored == ["math"]
+    assert s["math"].n_gated == 6 and s["chem"].n_gated == 0 and s["code"].n_gated == 0

@@ -77,3 +77,14 @@ def test_replay_checkpoints_results_and_report(tmp_path, bench):
     md = paths["report"].read_text()
     assert "| FlyRoute (cold) | 0 | 100.0 |" in md and "| seed-only | - | 100.0 |" in md
     assert accuracy_table(results).count("\n") == 1 + 1 + 3
+    head = accuracy_table(results).splitlines()[0].strip("| ").split(" | ")
+    # every column names its metric
+    assert head[:3] == ["router", "replayed queries", "routing acc. % (overall)"]
+    assert head[-3:] == [
+        "unparsed replies (count)",
+        "retrieved queries in prompt (mean/call)",
+        "router prompt tokens (max / budget)",
+    ]
+    # the checkpoints say how many retrieved queries the router saw; the seed-only baseline none
+    assert results["checkpoints"][-1]["included_mean"] > 0
+    assert results["baselines"]["seed-only"]["included_mean"] == 0
