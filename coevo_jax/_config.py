@@ -16,10 +16,12 @@ from typing import Any, TypeVar
 
 import yaml
 
+from coevo_jax._errors import UserError
+
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config value or key is invalid; the message names the dotted path."""
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,6 +47,8 @@ def main(args: argparse.Namespace) -> int:
                     served_model_name=args.served_model_name,
                 )
             else:
+                if model is not None and not Path(model).exists():  # before a server starts
+                    raise FileNotFoundError(f"model path not found: {model}")
                 argv, env = local_command(
                     model=model,
                     random_config=args.random_config,

@@ -27,6 +27,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from coevo_jax._errors import UserError
+
 CLASSES = ("math", "code", "if", "reasoning")
 
 # JSON key order on disk; the byte-identical-output guarantee of the mixtures relies on it.
@@ -46,7 +48,7 @@ _KEYS = (
 _OPTIONAL = ("true_answer", "test_cases", "fn_name", "instruction_id_list", "kwargs", "metadata")
 
 
-class RecordError(ValueError):
+class RecordError(UserError, ValueError):
     """A record (or a line that should hold one) is malformed.
 
     ``path`` and ``line`` say where it was read (``None`` for an in-memory record); ``field`` is

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
+from coevo_jax._errors import UserError
 from coevo_jax.lora.config import HF_MODULE_NAMES
 from coevo_jax.lora.init import AgentLoRA, unstack
 from coevo_jax.lora.weights import LoRAWeights
@@ -48,7 +49,7 @@ _KEY_RE = re.compile(
 )
 
 
-class AdapterFormatError(ValueError):
+class AdapterFormatError(UserError, ValueError):
     """An adapter directory is missing a file, or a tensor has the wrong name or shape."""
 
 

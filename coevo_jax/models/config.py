@@ -18,6 +18,8 @@ import dataclasses
 import math
 from typing import Any
 
+from coevo_jax._errors import UserError
+
 FAMILIES = ("llama", "qwen3", "phi3")
 ROPE_TYPES = ("default", "llama3", "longrope")
 
@@ -32,7 +34,7 @@ _ARCHITECTURES = {
 }
 
 
-class UnsupportedModelError(ValueError):
+class UnsupportedModelError(UserError, ValueError):
     """The config describes an architecture or option this package does not implement."""
 
 

@@ -23,6 +23,7 @@ import numpy as np
 from safetensors import safe_open
 from tqdm.auto import tqdm
 
+from coevo_jax._errors import UserError
 from coevo_jax.models.config import ModelConfig
 from coevo_jax.models.decoder import Params, param_shapes
 
@@ -30,7 +31,7 @@ INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 
 
-class ModelLoadError(ValueError):
+class ModelLoadError(UserError, ValueError):
     """A model file is missing, unreadable or does not match its config; names file and tensor."""
 
 

@@ -7,8 +7,10 @@ import json
 import re
 from typing import Any
 
+from coevo_jax._errors import UserError
 
-class ConversionError(ValueError):
+
+class ConversionError(UserError, ValueError):
     """A source row cannot become a record; ``field`` names the source field at fault."""
 
     def __init__(self, message: str, *, field: str | None = None):

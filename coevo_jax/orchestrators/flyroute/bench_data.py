@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from coevo_jax._errors import UserError
 from coevo_jax.orchestrators.flyroute.profiles import ProfileStore
 from coevo_jax.orchestrators.flyroute.query import Query
 
@@ -50,7 +51,7 @@ AGENT_TEMPLATES = {
 }
 
 
-class BenchmarkDataError(ValueError):
+class BenchmarkDataError(UserError, ValueError):
     """Records are missing or malformed; the message names the file/record and field."""
 
 

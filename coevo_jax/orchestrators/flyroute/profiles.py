@@ -24,16 +24,18 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from coevo_jax._errors import UserError
+
 FORMAT = "flyroute-profiles"
 FORMAT_VERSION = 1
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
 
-class RegistrationError(ValueError):
+class RegistrationError(UserError, ValueError):
     """An agent registration is invalid (too few seed queries, bad or duplicate name)."""
 
 
-class ProfileFileError(ValueError):
+class ProfileFileError(UserError, ValueError):
     """A profile file is malformed; the message names the file and line."""
 
 

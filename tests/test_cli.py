@@ -1,0 +1,163 @@
+"""``coevo``: a user's mistake prints one line, ``coevo <command>: <message>``, and exits 2; a
+bug keeps its traceback. One case per subcommand listed by ``coevo --help``."""
+
+import subprocess
+import sys
+
+import pytest
+
+from coevo_jax import cli
+from coevo_jax._config import ConfigError
+from coevo_jax._errors import UserError, user_message
+
+CASES = {
+    "train unknown key": (
+        ["train", "rl.learning_rat=1"],
+        "coevo train: ",
+        "unknown config key(s) rl.learning_rat for RLConfig; known keys: adam_b1,",
+    ),
+    "train missing config": (
+        ["train", "--config", "/nonexistent.yaml"],
+        "coevo train: config file not found: /nonexistent.yaml",
+        None,
+    ),
+    "train resume not a run": (
+        ["train", "--resume", "/nonexistent"],
+        "coevo train --resume: /nonexistent/config.json not found (not a run directory)",
+        None,
+    ),
+    "eval not a run": (
+        ["eval", "--run", "/nonexistent"],
+        "coevo eval: /nonexistent/config.json: not a training run directory",
+        None,
+    ),
+    "eval compare without report": (
+        ["eval", "--compare", "/nonexistent"],
+        "coevo eval: /nonexistent: no eval report; run `coevo eval --run /nonexistent` first",
+        None,
+    ),
+    "generate bad model": (
+        ["generate", "--prompt", "hi", "--model", "/nonexistent"],
+        "coevo generate: model path not found: /nonexistent",
+        None,
+    ),
+    "merge not an adapter": (
+        ["merge", "--adapter", "/nonexistent", "--out", "{tmp}/merged"],
+        "coevo merge: /nonexistent/adapter_config.json: missing (not a PEFT LoRA adapter directory)",
+        None,
+    ),
+    "data show missing file": (
+        ["data", "show", "/nonexistent.jsonl"],
+        "coevo data show: No such file or directory: /nonexistent.jsonl",
+        None,
+    ),
+    "data build unknown source": (
+        ["data", "build", "--mixture", "paper", "--out", "{tmp}/d", "--local", "nosuch=/x"],
+        "coevo data build: --local: unknown source 'nosuch'; known: agieval,",
+        None,
+    ),
+    "serve bad model": (
+        ["serve", "--engine", "local", "--model", "/nonexistent"],
+        "coevo serve: model path not found: /nonexistent",
+        None,
+    ),
+    "evochamber missing config": (
+        [
+            "evochamber",
+            "--stream",
+            "hard_math",
+            "--out",
+            "{tmp}/e",
+            "--config",
+            "/nonexistent.yaml",
+        ],
+        "coevo evochamber: config file not found: /nonexistent.yaml",
+        None,
+    ),
+    "evochamber unknown key": (
+        ["evochamber", "--stream", "hard_math", "--out", "{tmp}/e", "--set", "nosuch=1"],
+        "coevo evochamber: unknown config key(s) nosuch for EvoChamberConfig; known keys: alpha,",
+        None,
+    ),
+    "flyroute unknown key": (
+        ["flyroute", "replay", "--out", "{tmp}/f", "--set", "nosuch=1"],
+        "coevo flyroute: unknown config key(s) nosuch for FlyRouteConfig; known keys:",
+        None,
+    ),
+    "flyroute missing results": (
+        ["flyroute", "report", "/nonexistent.json"],
+        "coevo flyroute: results file not found: /nonexistent.json",
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_user_error_is_one_line_and_exit_2(name, capsys, tmp_path):
+    argv, prefix, contains = CASES[name]
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert cli.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" or "Traceback" not in out
+    lines = err.splitlines()
+    assert len(lines) == 1, err  # one line: no traceback, no usage dump
+    assert lines[0].startswith(prefix), lines[0]
+    if contains:
+        assert contains in lines[0], lines[0]
+
+
+def test_every_subcommand_has_a_case():
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    covered = {argv[0] for argv, _, _ in CASES.values()}
+    assert set(sub.choices) <= covered, set(sub.choices) - covered
+
+
+def test_console_script_prints_no_traceback(tmp_path):
+    """The installed entry point, as a user types it."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from coevo_jax.cli import main; sys.exit(main())",
+            "train",
+            "--config",
+            "/nonexistent.yaml",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr == "coevo train: config file not found: /nonexistent.yaml\n"
+
+
+def test_bug_keeps_its_traceback(monkeypatch):
+    """An exception that is not the user's propagates unchanged."""
+
+    def broken(args):
+        raise ValueError("an internal invariant broke")
+
+    parser = cli.build_parser()
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    parser._subparsers._group_actions[0].choices["train"].set_defaults(func=broken)
+    with pytest.raises(ValueError, match="internal invariant"):
+        cli.main(["train"])
+
+
+def test_traceback_on_request(monkeypatch):
+    monkeypatch.setenv("COEVO_TRACEBACK", "1")
+    with pytest.raises(ConfigError, match="config file not found"):
+        cli.main(["train", "--config", "/nonexistent.yaml"])
+
+
+def test_user_message():
+    assert user_message(ConfigError("a.b: bad\n  value")) == "a.b: bad value"
+    assert issubclass(ConfigError, UserError) and issubclass(ConfigError, ValueError)
+    try:
+        open("/nonexistent/file")
+    except FileNotFoundError as e:
+        assert user_message(e) == "No such file or directory: /nonexistent/file"
+    assert user_message(ValueError("bug")) is None
+    assert user_message(PermissionError("disk")) is None
