@@ -96,9 +96,11 @@ def test_code_forms_accepted():
         ({"inputs": [[1, 2]], "outputs": [3]}, "add"),
         ({"asserts": ["assert add(1, 2) == 3"], "setup": "import math"}, "add"),
     ]:
-        Record(
+        r = Record(
             id="c/1", source="x", split="train", cls="code", problem="p", test_cases=tc, fn_name=fn
         )
+        assert r.fn_name == fn
+        assert Record.from_dict(json.loads(r.to_json())) == r  # accepted forms survive the JSONL
 
 
 def test_if_kwargs_must_match_ids():
