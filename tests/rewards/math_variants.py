@@ -180,6 +180,8 @@ def _units_exponent(rng):
             (r"~\text{m}^2", "tilde_text_m^2"),
         ]
     )
+    if rng.random() < 0.15:
+        return str(int(g) + rng.choice([1, -1, 10])) + unit, g, False, form + "/wrong_value"
     if rng.random() < 0.5:
         return g + unit, g, True, form
     return g, g + unit, True, "gold_" + form
@@ -268,6 +270,8 @@ def _spacing(rng):
             ("\\qquad ", "", "qquad"),
         ]
     )
+    if rng.random() < 0.1 and (wrong := _perturb_digit(g, rng)) is not None:
+        return f"{left}{wrong}{right}", g, False, form + "/wrong_digit"
     return f"{left}{g}{right}", g, True, form
 
 
@@ -288,6 +292,8 @@ def _radical_reorder(rng):
         inner1, inner2 = f"\\sqrt{{{n}}}+\\sqrt{{{m}}}", f"\\sqrt{{{m}}}+\\sqrt{{{n}}}"
         p = f"\\frac{{\\sqrt{{{inner1}}}}}{{{s1}}}"
         g = f"\\frac{{\\sqrt{{{inner2}}}}}{{{s2}}}"
+    if rng.random() < 0.15:
+        return p.replace(s1, f"{a}\\sqrt{{{n}}}+{c + 1}"), g, False, form + "/wrong_term"
     if rng.random() < 0.5:
         p, g = g, p
     return p, g, True, form
@@ -308,6 +314,9 @@ def _equation_negation(rng):
 
     p = lin(coefs, d)
     g = lin([-c for c in coefs], -d)
+    if rng.random() < 0.15:
+        # negated coefficients with the constant not negated: another plane
+        return lin(coefs, -d if d else 5), g, False, f"negated_{len(vars_)}var/wrong_constant"
     if rng.random() < 0.5:
         p, g = g, p
     return p, g, True, f"negated_{len(vars_)}var"
