@@ -7,9 +7,14 @@ so every package can derive its own error types from :class:`UserError`.
 
 from __future__ import annotations
 
-# A missing or misnamed path the user typed. Other OSErrors (a full disk, a dead socket) are
-# not the user's input and keep their traceback.
-PATH_ERRORS: tuple[type[OSError], ...] = (FileNotFoundError, NotADirectoryError, IsADirectoryError)
+# A missing, misnamed or already-taken path the user typed. Other OSErrors (a full disk, a dead
+# socket) are not the user's input and keep their traceback.
+PATH_ERRORS: tuple[type[OSError], ...] = (
+    FileNotFoundError,
+    FileExistsError,
+    NotADirectoryError,
+    IsADirectoryError,
+)
 
 
 class UserError(Exception):

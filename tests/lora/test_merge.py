@@ -189,4 +189,7 @@ def test_coevo_merge_cli_writes_the_adapted_model(tmp_path, capsys):
     )
     # a second run into the same directory is refused with a message, not a traceback
     assert main(argv + ["--out", str(tmp_path / "merged"), "--no-progress"]) == 2
-    assert "coevo merge:" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        f"coevo merge: {tmp_path / 'merged'}: directory exists and is not empty; pass "
+        "overwrite=True to replace it (its current contents are deleted) or choose another path\n"
+    )
