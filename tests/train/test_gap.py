@@ -107,14 +107,15 @@ def test_no_groups_no_gap(model):
     assert group_gaps([], params, lora, CFG, RL, completion_len=T, pad_id=0) == {}
 
 
-def test_loop_logs_about_zero_gap_with_the_in_process_engine(tmp_path):
+def _loop_run(tmp_path, **rl):
     from coevo_jax.train.loop import Trainer
-    from coevo_jax.train.metrics import read_metrics
     from tests.train._tiny import tiny_backbone, tiny_records
     from tests.train.test_loop import reward_has_digit_char, tiny_config
 
+    cfg = tiny_config(rounds=2)
+    cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, **rl))
     tr = Trainer(
-        tiny_config(rounds=2),
+        cfg,
         tmp_path,
         backbone=tiny_backbone(),
         records=tiny_records(),
@@ -123,6 +124,14 @@ def test_loop_logs_about_zero_gap_with_the_in_process_engine(tmp_path):
     )
     rows = tr.run()
     tr.close()
+    return rows
+
+
+@pytest.mark.slow
+def test_loop_logs_about_zero_gap_with_the_in_process_engine(tmp_path):
+    from coevo_jax.train.metrics import read_metrics
+
+    rows = _loop_run(tmp_path)
     assert read_metrics(tmp_path)[-1]["gap"] == rows[-1]["gap"]
     for m in rows:
         sampled = {str(a) for a, n in enumerate(m["activated"]["per_agent"]) if n}
@@ -132,3 +141,14 @@ def test_loop_logs_about_zero_gap_with_the_in_process_engine(tmp_path):
     # the second round's samples come from stepped adapters: the recompute followed them
     assert rows[-1]["updates"] != [0, 0]
     assert (tmp_path / "plots" / "logprob_gap.png").is_file()
+
+
+@pytest.mark.slow
+def test_loop_recompute_mode_weights_are_one_and_gap_can_be_off(tmp_path):
+    rows = _loop_run(tmp_path, behavior_logprobs="recompute", is_cap=2.0, measure_gap=False)
+    assert all(m["gap"] is None for m in rows)
+    stepped = [pa for m in rows for pa in m["policy"]["per_agent"].values()]
+    assert stepped
+    for pa in stepped:  # exact engine: every sequence weight is exp(~0) = 1, the ratio 1
+        assert abs(pa["is_weight"] - 1.0) < 1e-4 and abs(pa["ratio"] - 1.0) < 1e-6, pa
+    assert not (tmp_path / "plots" / "logprob_gap.png").exists()
