@@ -36,8 +36,22 @@ def test_jit_vmap_and_shapes():
     np.testing.assert_array_equal(np.asarray(v), np.asarray(out))
 
 
+def test_zero_cache_is_a_hard_limit():
+    got = soft_overlong_penalty(jnp.array([0, 10, 11]), 10, 0)
+    np.testing.assert_array_equal(np.asarray(got), [0.0, 0.0, -1.0])
+
+
 def test_bad_arguments():
-    with pytest.raises(ValueError):
-        soft_overlong_penalty(jnp.zeros(3), 10, 0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="cache_length=-1"):
+        soft_overlong_penalty(jnp.zeros(3), 10, -1)
+    with pytest.raises(ValueError, match="cache_length=11"):
         soft_overlong_penalty(jnp.zeros(3), 10, 11)
+
+
+def test_one_definition_for_rewards_and_rl():
+    from coevo_jax import rewards, rl
+    from coevo_jax.rl import penalties
+
+    assert penalties.soft_overlong_penalty is soft_overlong_penalty
+    assert rl.soft_overlong_penalty is soft_overlong_penalty
+    assert rewards.soft_overlong_penalty is soft_overlong_penalty
