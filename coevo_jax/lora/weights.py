@@ -65,15 +65,14 @@ def dropout_keep_mask(
 ) -> tuple[jax.Array, float]:
     """Bernoulli keep mask for dropout at ``rate``, from a counter-based hash.
 
-    LoRA dropout draws one mask per target module and layer, ~300M elements per SmolLM2
-    policy step. ``jax.random`` spends a threefry evaluation (20 rounds) per 32-bit word,
-    and on CPU JAX lowers it as a rolled loop over whole arrays: 6.5 ns per element for
-    ``bernoulli``, 2.2 with two 16-bit draws per word, and 1-1.5 s of a ~10 s step. A mask
-    only needs independent-looking bits, so here ``rng`` is spent on two 32-bit seeds and
-    element ``i`` (row-major) keeps its input when ``fmix(fmix(i * phi + s0) ^ s1)``
-    reaches ``round(rate * 2**32)``, ``fmix`` being MurmurHash3's finaliser and ``phi``
-    the 32-bit golden ratio: a dozen integer ops that XLA fuses into the consumer
-    (0.3 ns per element). No library offers such a mask for JAX, hence written here.
+    LoRA dropout draws one mask per target module and layer, and ``jax.random`` spends a
+    threefry evaluation (20 rounds) per 32-bit word, which on CPU makes the masks a large
+    share of a policy step (figures in ``benchmarks/HISTORY.md``). A mask only needs
+    independent-looking bits, so here ``rng`` is spent on two 32-bit seeds and element ``i``
+    (row-major) keeps its input when ``fmix(fmix(i * phi + s0) ^ s1)`` reaches
+    ``round(rate * 2**32)``, ``fmix`` being MurmurHash3's finaliser and ``phi`` the 32-bit
+    golden ratio: a dozen integer ops that XLA fuses into the consumer. No library offers
+    such a mask for JAX, hence written here.
 
     The keep probability is ``1 - round(rate * 2**32) / 2**32`` (within ``2**-33`` of
     ``1 - rate``); it is returned so the caller rescales by the exact value and the
@@ -168,7 +167,7 @@ def _adapter(x, a_rows, b_rows, seeds, threshold):
     input, e.g. q, k and v) and the ``[B, T, r]`` bottleneck, and regenerates the dropout
     mask from the two seeds in the backward. JAX's own VJP would keep each module's mask
     and dropped copy of ``x``: 7 extra activation tensors per layer, about as many bytes as
-    the rest of the layer's residuals (`benchmarks/NOTES.md`, sixth policy-step session).
+    the rest of the layer's residuals.
     """
     return _adapter_fwd(x, a_rows, b_rows, seeds, threshold)[0]
 

@@ -1,7 +1,7 @@
 """Matmul, attention and activation primitives of the decoder, with hand-written VJPs.
 
-All exist for XLA:CPU speed or memory; none changes the math (`benchmarks/NOTES.md`,
-policy step):
+All exist for XLA:CPU speed or memory; none changes the math (figures in
+`benchmarks/HISTORY.md`, policy step):
 
 * :func:`linear`: the projection. 16-bit operands are multiplied with fp32 accumulation and
   fp32 output in the forward and in both input gradients (XLA:CPU runs bf16 x bf16 -> fp32
@@ -128,7 +128,7 @@ def linear(
     and multiplied with fp32 accumulation and fp32 output, rounded once to ``h.dtype``, in
     the forward and in both input gradients. XLA:CPU runs bf16 x bf16 -> fp32 dots on its
     AVX512-BF16 kernels at about twice its fp32 GEMM rate, while a dot with a bf16 *output*
-    or mixed fp32/bf16 operands goes through slower paths (`benchmarks/NOTES.md`).
+    or mixed fp32/bf16 operands goes through slower paths (`benchmarks/HISTORY.md`).
 
     Args:
       h: ``[..., in]`` activations (float32 or a 16-bit float).

@@ -36,7 +36,7 @@ class RLConfig:
       micro_batches: gradient-accumulation steps per policy step. Besides bounding memory,
         on CPU a few micro-batches are faster than one: XLA allocates the step's scratch
         buffer (activations kept for the backward) afresh on every call, and faulting in
-        gigabytes of new pages costs seconds (``benchmarks/NOTES.md``, policy step).
+        new pages grows with the buffer (figures in ``benchmarks/HISTORY.md``).
       max_completion_length: ``dr_grpo``'s constant denominator; None = the padded length T.
       length_buckets: > 1 lets the step skip completion padding: rows are sorted by length
         and each micro-batch runs at the narrowest of this many widths
@@ -50,7 +50,7 @@ class RLConfig:
         the frozen backbone to it once per call. ``compute_dtype: float32`` with
         ``matmul_dtype: bfloat16`` is the fast CPU setting: XLA:CPU's bf16 GEMMs run at
         about twice its fp32 ones, while its bf16 elementwise and stacking ops are slower
-        than fp32 (``benchmarks/NOTES.md``).
+        than fp32 (figures in ``benchmarks/HISTORY.md``).
       behavior_logprobs: what GSPO's "old" log-probs are. ``"engine"``: the behaviour
         log-probs the rollout engine returned. ``"recompute"``: the trainer's own log-probs
         of the same tokens under the adapter it is about to update (each popped batch gets

@@ -105,10 +105,10 @@ def _exp_sums(logits: jax.Array, m: jax.Array, with_el: bool) -> tuple[jax.Array
     """``sum_v e`` and (if ``with_el``) ``sum_v e * l`` with ``e = exp(l - m)``, fp32.
 
     ``logits`` ``[..., V]``, ``m`` ``[..., 1]``; returns ``[...]`` each. XLA:CPU hands a
-    plain row sum over V to YNNPACK, which runs it at ~5 ns per element (0.8 s of a ~9 s
-    SmolLM2 policy step). Here the vocabulary axis is folded to ``[V / c, c]`` and summed
-    over ``V / c`` first: a reduction over a non-minor axis, vectorised along the ``c``
-    lanes, then ``c`` lane totals. With the entropy, both sums are one variadic reduce, so
+    plain row sum over V to YNNPACK, which is slow enough to matter in a policy step
+    (figures in ``benchmarks/HISTORY.md``). Here the vocabulary axis is folded to
+    ``[V / c, c]`` and summed over ``V / c`` first: a reduction over a non-minor axis,
+    vectorised along the ``c`` lanes, then ``c`` lane totals. With the entropy, both sums are one variadic reduce, so
     ``e`` is recomputed on the fly instead of stored. Each lane adds only ``V / c`` terms,
     so the rounding stays at the pairwise sum's level (2.5e-7 relative on SmolLM2's
     49152-token vocabulary, against 1e-4 for a variadic reduce over all of V).
