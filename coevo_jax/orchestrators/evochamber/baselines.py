@@ -2,7 +2,8 @@
 (SC, majority voting over k = 5 samples of one agent).
 
 Both use the same task prompt as EvoChamber's members (no persona, no experience) and the
-same reward function. SC votes on :func:`prompts.answer_key` (ties -> the earliest sample);
+same reward function (an :class:`~coevo_jax.orchestrators.scoring.Outcome` or a float), so
+their accuracy is under the same per-niche metric. SC votes on :func:`prompts.answer_key` (ties -> the earliest sample);
 with no extractable answer it keeps the first sample.
 """
 
@@ -16,18 +17,23 @@ import numpy as np
 from coevo_jax.orchestrators.evochamber.config import EvoChamberConfig
 from coevo_jax.orchestrators.evochamber.prompts import answer_key, plurality, task_prompt
 from coevo_jax.orchestrators.llm import TextLLM, TextRequest
+from coevo_jax.orchestrators.scoring import as_outcome
 
 BASELINE_AGENT = "baseline"
 
 
-def _summary(records: Sequence[Mapping[str, Any]], rewards: Sequence[float]) -> dict[str, Any]:
+def _summary(records: Sequence[Mapping[str, Any]], outcomes: Sequence[Any]) -> dict[str, Any]:
     per: dict[str, list[float]] = {}
-    for r, x in zip(records, rewards, strict=False):
-        per.setdefault(str(r["niche"]), []).append(x)
+    for r, o in zip(records, outcomes, strict=True):
+        per.setdefault(str(r["niche"]), []).append(o.score)
+    scores = [o.score for o in outcomes]
     return {
-        "rewards": list(map(float, rewards)),
-        "accuracy": float(np.mean([x >= 0.5 for x in rewards])) if rewards else 0.0,
-        "accuracy_per_niche": {z: float(np.mean([x >= 0.5 for x in v])) for z, v in per.items()},
+        "rewards": scores,
+        "metrics": [o.metric for o in outcomes],
+        "partial": [o.partial for o in outcomes],
+        "accuracy": float(np.mean(scores)) if scores else 0.0,
+        "solved_rate": float(np.mean([o.solved for o in outcomes])) if outcomes else 0.0,
+        "accuracy_per_niche": {z: float(np.mean(v)) for z, v in per.items()},
     }
 
 
@@ -62,7 +68,7 @@ def self_consistency(
         ]
         outs = llm.complete(reqs)
         win = plurality([answer_key(rec, o) for o in outs])
-        rewards.append(float(reward_fn(rec, outs[0 if win is None else win])))
+        rewards.append(as_outcome(reward_fn(rec, outs[0 if win is None else win]), rec))
     return _summary(records, rewards)
 
 

@@ -2,6 +2,7 @@
 
     coevo evochamber --stream aflow --data data/offline --engine inprocess --model PATH \\
         --tasks 20 --out runs/evo [--baselines] [--config cfg.yaml] [--set alpha=0.2 ...]
+        [--no-selector] [--shuffle SEED]
 
 The LLM is ``rollout_bridge.text.EngineTextLLM`` over the in-process JAX engine (``--model``,
 default: the project's default model) or ``rollout_bridge.http_engine.HTTPEngine`` (``--url``,
@@ -50,6 +51,19 @@ def register(subparsers) -> None:
     p.add_argument("--embedder", default="auto", choices=("auto", "minilm", "hash"))
     p.add_argument("--baselines", action="store_true", help="also run single-agent and SC@5")
     p.add_argument("--seed", type=int, default=None, help="overrides the config's seed")
+    p.add_argument(
+        "--no-selector",
+        action="store_true",
+        help="ablation: random teams of the same size instead of anchor/complement/scout "
+        "(sets team_selector=random)",
+    )
+    p.add_argument(
+        "--shuffle",
+        type=int,
+        default=None,
+        metavar="SEED",
+        help="robustness: run the same tasks in a random order drawn with SEED",
+    )
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=main)
 
@@ -97,14 +111,18 @@ def main(args: argparse.Namespace) -> int:
     from coevo_jax.orchestrators.evochamber.embed import make_embedder
     from coevo_jax.orchestrators.evochamber.loop import Runtime, default_reward_fn, run_stream
     from coevo_jax.orchestrators.evochamber.report import write_report
-    from coevo_jax.orchestrators.evochamber.streams import build_stream
+    from coevo_jax.orchestrators.evochamber.streams import build_stream, shuffle_stream
 
     overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
+    if args.no_selector:
+        overrides.append("team_selector=random")
     if args.config:
         cfg = load_yaml(EvoChamberConfig, args.config, overrides)
     else:
         cfg = from_dict(EvoChamberConfig, apply_overrides(to_dict(EvoChamberConfig()), overrides))
     records = build_stream(args.stream, args.data, limit=args.tasks, seed=cfg.seed)
+    if args.shuffle is not None:
+        records = shuffle_stream(records, args.shuffle)
     llm = make_llm(args.engine, args.url, args.model, cfg.seed, args.served_model_name)
     reward_fn = default_reward_fn()
     rt = Runtime(llm, reward_fn, make_embedder(args.embedder, cfg.embed_dim), cfg)
@@ -125,6 +143,10 @@ def main(args: argparse.Namespace) -> int:
                 "tasks": s["tasks"],
                 "accuracy": s["accuracy"],
                 "accuracy_per_niche": s["accuracy_per_niche"],
+                "metric_per_niche": s["metric_per_niche"],
+                "partial_credit_per_niche": s["partial_credit_per_niche"],
+                "team_selector": cfg.team_selector,
+                "shuffle": args.shuffle,
                 **{f"{k}_accuracy": v["accuracy"] for k, v in base.items()},
                 "out": str(out),
             },

@@ -1,13 +1,16 @@
 """CoDream: post-hoc knowledge flow from strong to weak agents (seed 002, population level).
 
 A session fires when the members' mean score is below ``cfg.codream_theta`` or (if enabled)
-when their extracted answers disagree. Five phases, each an LLM call per participant, batched
-per phase:
+when their outcomes disagree (see :func:`should_fire`). A member *succeeded* when its score
+is at least ``cfg.success_threshold``. The seed's Contrast "pairs failing members with
+successful ones", so a session needs a success: when no member succeeded it is skipped
+before any call (recorded as ``skipped: "no_success"``). Otherwise five phases, each an LLM
+call per participant, batched per phase:
 
 1. Reflect: each member privately diagnoses its own attempt.              ``DIAGNOSIS:``
-2. Contrast: every member but the best-scoring one (ties -> team order) contrasts its attempt
-   with the best one's and states the delta.                              ``DELTA:``
-3. Imagine: each member turns its delta (the best one: its diagnosis) into a hypothetical
+2. Contrast: every failing member contrasts its attempt with the best successful member's
+   (highest score, ties -> team order) and states the delta.              ``DELTA:``
+3. Imagine: each member turns its delta (a successful one: its diagnosis) into a hypothetical
    strategy tagged with the niches it may apply to.          ``STRATEGY:`` + ``NICHES:``
 4. Debate: each member reads all proposals and says which to keep.        ``KEEP: 1, 3``
    A proposal survives with a strict majority of keep votes.
@@ -15,10 +18,14 @@ per phase:
    ``INSIGHT:`` text, ``LEVEL:`` task-local | subdomain | cross-domain, ``NICHE:`` scope
    (a JSON object with keys insight/level/niche is accepted too).
 
-The proposal's author is the insight's *giver*. Each insight is written to every active agent
-whose competence on the insight's niche is strictly below the pool median there
-(:func:`recipients`), taken after the task's own competence update (the seed's order: update,
-then CoDream); with everyone equal, nobody is below the median and nothing is written.
+Producers and consumers follow the seed ("strong agents produce knowledge while weak ones
+consume it"): an insight's *giver* is the successful member whose approach it carries (for a
+failing member's delta, the successful member it was contrasted with; for a successful
+member's own proposal, itself), so a failing member never gives. Each insight is written to
+every active agent other than its giver whose competence on the insight's niche is strictly
+below the pool median there (:func:`recipients`), taken after the task's own competence update
+(the seed's order: update, then CoDream); with everyone equal, nobody is below the median and
+nothing is written.
 
 Fallbacks (never an error; each counted under the name in brackets): an unlabeled
 diagnosis/delta uses the whole reply, clipped; an unlabeled strategy is the reply's first
@@ -63,7 +70,10 @@ _LEVEL_ALIASES = {
 def should_fire(
     scores: Sequence[float], keys: Sequence[str | None], cfg: EvoChamberConfig
 ) -> str | None:
-    """ "low_reward", "disagreement" or None."""
+    """ "low_reward", "disagreement" or None.
+
+    ``keys`` are outcome keys (see ``loop.outcome_key``): per-test results for code, final
+    answers otherwise, so two programs that differ only in text do not disagree."""
     if not cfg.codream:
         return None
     if float(np.mean(scores)) < cfg.codream_theta:
@@ -73,11 +83,14 @@ def should_fire(
     return None
 
 
-def recipients(state: ChamberState, niche: str, cfg: EvoChamberConfig) -> list[str]:
-    """Active agents with q_i(niche) strictly below the pool median on ``niche``."""
+def recipients(
+    state: ChamberState, niche: str, cfg: EvoChamberConfig, giver: str | None = None
+) -> list[str]:
+    """Active agents other than ``giver`` with q_i(niche) strictly below the pool median on
+    ``niche`` (the median over the whole active pool)."""
     q = {a: ag.competence(niche, cfg.q_init) for a, ag in state.agents.items()}
     med = float(np.median(list(q.values())))
-    return [a for a, v in q.items() if v < med]
+    return [a for a, v in q.items() if v < med and a != giver]
 
 
 def _label(text: str, label: str) -> str | None:
@@ -165,12 +178,21 @@ def run_codream(
     attempts: Mapping[str, str | None],
     scores: Sequence[float],
     known_niches: Sequence[str],
+    *,
+    success_threshold: float,
 ) -> tuple[list[dict], dict[str, int]]:
-    """Runs the five phases. Returns (insights [{giver, text, level, niche}], counters)."""
+    """Runs the five phases. Returns (insights [{giver, author, text, level, niche}],
+    counters); no call and no insight when no member scored ``>= success_threshold``
+    (counter ``codream_skipped_no_success``)."""
     counters: dict[str, int] = {}
 
     def bump(name: str) -> None:
         counters[name] = counters.get(name, 0) + 1
+
+    succeeded = [m for m, s in zip(team, scores, strict=True) if s >= success_threshold]
+    if not succeeded:
+        bump("codream_skipped_no_success")
+        return [], counters
 
     problem = str(record["problem"]).strip()[:800]
 
@@ -196,15 +218,16 @@ def run_codream(
         for m, o in zip(team, outs, strict=False)
     }
 
-    # 2. Contrast
-    best = team[int(np.argmax(scores))]
-    others = [m for m in team if m != best]
+    # 2. Contrast: failing members against the best successful one.
+    score_of = dict(zip(team, scores, strict=True))
+    best = max(succeeded, key=lambda m: (score_of[m], -team.index(m)))
+    others = [m for m in team if m not in succeeded]
     outs = caller.ask(
         [
             (
                 m,
                 f"Task:\n{problem}\n\nYour attempt (end):\n{shown(m)}\nYour diagnosis: {diag[m]}\n\n"
-                f"A teammate's attempt scored higher (end):\n{shown(best)}\nTheir diagnosis: "
+                f"A teammate's attempt succeeded (end):\n{shown(best)}\nTheir diagnosis: "
                 f"{diag[best]}\n\nWhat did the better approach do differently? Reply: DELTA: <text>",
                 "codream_contrast",
             )
@@ -217,7 +240,9 @@ def run_codream(
         m: _label(o, "delta") or " ".join(o.split())[:400]
         for m, o in zip(others, outs, strict=False)
     }
-    delta[best] = diag[best]
+    for m in succeeded:
+        delta[m] = diag[m]
+    giver_of = {m: (m if m in succeeded else best) for m in team}
 
     # 3. Imagine
     outs = caller.ask(
@@ -299,5 +324,5 @@ def run_codream(
         for name in fb:
             bump(name)
         if ins is not None:
-            insights.append({"giver": m, **ins})
+            insights.append({"giver": giver_of[m], "author": m, **ins})
     return insights, counters

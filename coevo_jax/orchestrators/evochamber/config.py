@@ -11,6 +11,7 @@ import dataclasses
 
 STRUCTURES = ("voting", "debate", "generator-critic", "decompose")
 CREDIT_MODES = ("team", "individual")
+TEAM_SELECTORS = ("niche", "random")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +32,9 @@ class EvoChamberConfig:
       archive_top_k: lessons and meta-insights each retrieved into a solve prompt.
 
     Team level (eqs. 3-5):
+      team_selector: "niche" is the seed's anchor/complement/scout selector; "random" draws a
+        team of the same size uniformly (seeded per step; its first member leads), the seed's
+        "w/o niche-conditioned selector" ablation.
       beta: EWMA rate of pair synergy sigma_ij(z) (eq. 6).
       lambda_q / lambda_sigma / lambda_omega: complement weights (eq. 4).
       lambda_u / lambda_d: scout weights (eq. 5).
@@ -86,6 +90,7 @@ class EvoChamberConfig:
     credit: str = "team"
     archive_top_k: int = 3
 
+    team_selector: str = "niche"
     beta: float = 0.3
     lambda_q: float = 1.0
     lambda_sigma: float = 0.5
@@ -159,6 +164,10 @@ class EvoChamberConfig:
             raise ValueError(
                 f"need min_pool <= pool_size <= max_pool, got {self.min_pool}, "
                 f"{self.pool_size}, {self.max_pool}"
+            )
+        if self.team_selector not in TEAM_SELECTORS:
+            raise ValueError(
+                f"team_selector must be one of {TEAM_SELECTORS}, got {self.team_selector!r}"
             )
         if self.credit not in CREDIT_MODES:
             raise ValueError(f"credit must be one of {CREDIT_MODES}, got {self.credit!r}")

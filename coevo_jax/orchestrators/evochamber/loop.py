@@ -2,7 +2,9 @@
 
 Per task (seed 002's loop): embed the task; select (anchor, complement, scout) (eqs. 3-5);
 the anchor chooses a structure with LeadLearn; the team runs it with retrieved experience in
-its prompts; the final answer is scored (team reward r_t) and so is each member's own attempt;
+its prompts; the final answer is scored (team reward r_t, the paper metric: pass@1 on all
+tests for code, exact match for math, token F1 for QA; see
+:mod:`coevo_jax.orchestrators.scoring`) and so is each member's own attempt;
 members reflect; the anchor writes the bank note; CoDream runs if the team failed or
 disagreed. All of that becomes one ``"task"`` event, applied with
 :func:`state.apply_event`. Every ``cfg.tau`` tasks the lifecycle's events follow.
@@ -11,8 +13,12 @@ The event log is JSON lines, written and flushed as each event happens (a crash 
 most the task in flight); ``replay(load_events(path), cfg)`` rebuilds the identical state.
 A transcript of every LLM call goes to a separate file: it is for reading, not replaying.
 
-The reward function is injectable, ``reward_fn(record, completion) -> float in [0, 1]``; the
-default is ``coevo_jax.rewards.score``.
+The reward function is injectable, ``reward_fn(record, completion) -> Outcome | float in
+[0, 1]``; the default is :func:`coevo_jax.orchestrators.scoring.task_outcome`. The event keeps
+the metric's value (``reward``, ``member_scores``), whether the task is solved, the partial
+credit of the training reward (``partial``, ``member_partial``) and the members' outcome keys
+(``answer_keys``: per-test results for code, final answers otherwise), which decide
+disagreement.
 """
 
 from __future__ import annotations
@@ -40,21 +46,35 @@ from coevo_jax.orchestrators.evochamber.state import (
 from coevo_jax.orchestrators.evochamber.structures import Caller, MemberContext, run_structure
 from coevo_jax.orchestrators.evochamber.team import select_team
 from coevo_jax.orchestrators.llm import TextLLM
+from coevo_jax.orchestrators.scoring import Outcome, as_outcome
 
-RewardFn = Callable[[Mapping[str, Any], str], float]
+RewardFn = Callable[[Mapping[str, Any], str], "Outcome | float"]
 REQUIRED_KEYS = ("id", "problem", "niche")
 
 
 def default_reward_fn() -> RewardFn:
-    """``coevo_jax.rewards.score``, imported lazily so tests can run without it."""
-    try:
-        from coevo_jax.rewards import score
-    except ImportError as e:
-        raise ImportError(
-            "EvoChamber needs a reward function: pass reward_fn=..., or install the project's "
-            "coevo_jax.rewards package (score(record, completion))"
-        ) from e
-    return score
+    """:func:`coevo_jax.orchestrators.scoring.task_outcome` (the seed's metrics)."""
+    from coevo_jax.orchestrators.scoring import task_outcome
+
+    return task_outcome
+
+
+def outcome_key(record: Mapping[str, Any], text: str | None, outcome: Outcome) -> str | None:
+    """What a member's attempt is compared on for disagreement, as a string (None: no
+    attempt or nothing extractable): the outcome's key (``"tests:110"`` for per-test code
+    results); for a custom float reward, the score for code and the final answer otherwise."""
+    if text is None:
+        return None
+    key = outcome.key
+    if isinstance(key, tuple):
+        return "tests:" + "".join("1" if v else "0" for v in key)
+    if key is not None:
+        return str(key)
+    if outcome.metric != "reward":
+        return None
+    if record.get("class") == "code":
+        return f"score:{outcome.score:g}"
+    return answer_key(record, text)
 
 
 def validate_record(record: Mapping[str, Any], index: int) -> None:
@@ -81,13 +101,10 @@ class Runtime:
             )[0]
         return self._niche_vecs[niche]
 
-    def score(self, record: Mapping[str, Any], text: str) -> float:
-        r = float(self.reward_fn(record, text))
-        if not 0.0 <= r <= 1.0 or r != r:
-            raise ValueError(
-                f"reward_fn returned {r} for record {record.get('id')}; expected a value in [0, 1]"
-            )
-        return r
+    def score(self, record: Mapping[str, Any], text: str) -> Outcome:
+        """The outcome of ``text`` on ``record`` (a float reward is wrapped; out of [0, 1] is
+        an error naming the record)."""
+        return as_outcome(self.reward_fn(record, text), record)
 
 
 def run_task(
@@ -138,18 +155,22 @@ def run_task(
     for k, v in result.counters.items():
         bump(k, v)
 
-    reward = rt.score(record, result.final)
-    cache = {result.final: reward}
-    scores = []
+    final = rt.score(record, result.final)
+    reward = final.score
+    cache = {result.final: final}
+    outcomes = []
     for m in team:
         att = result.attempts.get(m)
-        if att is None:
-            scores.append(reward)
+        if att is None:  # a decompose helper wrote no full solution: the team's outcome
+            outcomes.append(final)
         else:
             if att not in cache:
                 cache[att] = rt.score(record, att)
-            scores.append(cache[att])
-    keys = [answer_key(record, result.attempts.get(m)) for m in team]
+            outcomes.append(cache[att])
+    scores = [o.score for o in outcomes]
+    keys = [
+        outcome_key(record, result.attempts.get(m), o) for m, o in zip(team, outcomes, strict=True)
+    ]
 
     # Reflection into each member's archive, and the leader's bank note.
     outs = caller.ask(
@@ -195,7 +216,11 @@ def run_task(
         "team": list(team),
         "structure": structure,
         "reward": reward,
+        "metric": final.metric,
+        "solved": final.solved,
+        "partial": final.partial,
         "member_scores": scores,
+        "member_partial": [o.partial for o in outcomes],
         "answer_keys": keys,
         "task_key": vec_to_b64(key),
         "reflections": reflections,
@@ -213,20 +238,31 @@ def run_task(
 
     reason = codream.should_fire(scores, keys, cfg)
     if reason is not None:
-        bump("codream_sessions")
         known = tuple(dict.fromkeys((*state.niches, niche)))
         insights, cc = codream.run_codream(
-            caller, team, record, niche, result.attempts, scores, known
+            caller,
+            team,
+            record,
+            niche,
+            result.attempts,
+            scores,
+            known,
+            success_threshold=cfg.success_threshold,
         )
         for k, v in cc.items():
             bump(k, v)
-        # The median is taken after this task's competence update (seed: (iv) then CoDream).
-        after = apply_event(state, event, cfg)
-        for ins in insights:
-            ins["recipients"] = codream.recipients(after, ins["niche"], cfg)
-            bump("codream_insights")
-            bump("codream_writes", len(ins["recipients"]))
-        event["codream"] = {"reason": reason, "insights": insights}
+        if cc.get("codream_skipped_no_success"):
+            event["codream"] = {"reason": reason, "skipped": "no_success", "insights": []}
+        else:
+            bump("codream_sessions")
+            # The median is taken after this task's competence update (seed: (iv) then
+            # CoDream).
+            after = apply_event(state, event, cfg)
+            for ins in insights:
+                ins["recipients"] = codream.recipients(after, ins["niche"], cfg, ins["giver"])
+                bump("codream_insights")
+                bump("codream_writes", len(ins["recipients"]))
+            event["codream"] = {"reason": reason, "insights": insights}
     event["calls"] = caller.calls
     event["seconds"] = round(time.perf_counter() - t0, 4)
     return event, caller.transcript
@@ -292,7 +328,7 @@ def run_stream(
             events.append(ev)
             events_log.write(ev)
             trans_log.write({"step": ev["step"], "task_id": ev["task_id"], "calls": transcript})
-            solved += ev["reward"] >= 0.5
+            solved += bool(ev["solved"])
             if state.step % cfg.tau == 0:
                 lc, state = plan_lifecycle(state, cfg)
                 for e in lc:

@@ -1,7 +1,9 @@
 """Run report: the seed's Figure 3 signals, from the event log alone.
 
-- accuracy per niche (team reward >= 0.5 counts as solved; the mean reward is reported too),
-  beside the baselines when given;
+- accuracy per niche under the seed's metric of that niche (exact match for math, pass@1 on
+  all tests for code, token F1 for QA; :mod:`coevo_jax.orchestrators.scoring`): the mean of
+  the team's metric value, which for 0/1 metrics is the solved fraction; the training
+  reward's partial credit is a separate column; baselines beside when given;
 - anchor counts per (agent, niche);
 - the CoDream giver -> recipient matrix (insight writes);
 - lifecycle events over time, with the pool size;
@@ -23,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from coevo_jax.orchestrators.evochamber.config import EvoChamberConfig
+from coevo_jax.orchestrators.scoring import METRIC_LABELS
 
 
 def specialization_index(anchor_counts: Sequence[int] | Mapping[str, int], pool_size: int) -> float:
@@ -52,13 +55,17 @@ def summarize(
     giver_recipient: dict[str, dict[str, int]] = {}
     structures: dict[str, dict[str, int]] = {}
     per_niche: dict[str, list[float]] = {z: [] for z in niches}
-    sessions = 0
+    partial: dict[str, list[float]] = {z: [] for z in niches}
+    metric: dict[str, set[str]] = {z: set() for z in niches}
+    sessions = skipped = 0
     for e in events:
         if e["type"] == "lifecycle":
             pool += {"genesis": 1, "fork": 1, "merge": -1, "prune": -1}.get(e["op"], 0)
             lifecycle.append({k: v for k, v in e.items() if k != "type"})
             continue
         per_niche[e["niche"]].append(float(e["reward"]))
+        partial[e["niche"]].append(float(e.get("partial", e["reward"])))
+        metric[e["niche"]].add(e.get("metric", "reward"))
         a = e["team"][0]
         anchor.setdefault(a, {}).setdefault(e["niche"], 0)
         anchor[a][e["niche"]] += 1
@@ -66,7 +73,9 @@ def summarize(
         pool_sizes.append(pool)
         structures.setdefault(e["niche"], {}).setdefault(e["structure"], 0)
         structures[e["niche"]][e["structure"]] += 1
-        if e.get("codream"):
+        if e.get("codream") and e["codream"].get("skipped"):
+            skipped += 1
+        elif e.get("codream"):
             sessions += 1
             for ins in e["codream"]["insights"]:
                 row = giver_recipient.setdefault(ins["giver"], {})
@@ -82,18 +91,22 @@ def summarize(
         counts = [anchor[a].get(z, 0) for a in anchor]
         si_niche[z] = specialization_index(counts, max(pool_sizes) if pool_sizes else pool)
     rewards = [float(e["reward"]) for e in tasks]
+    solved = [bool(e.get("solved", float(e["reward"]) >= 1.0)) for e in tasks]
     return {
         "tasks": len(tasks),
-        "accuracy": float(np.mean([r >= 0.5 for r in rewards])) if rewards else 0.0,
-        "mean_reward": float(np.mean(rewards)) if rewards else 0.0,
-        "accuracy_per_niche": {
-            z: float(np.mean([r >= 0.5 for r in v])) for z, v in per_niche.items()
-        },
-        "mean_reward_per_niche": {z: float(np.mean(v)) for z, v in per_niche.items()},
+        "accuracy": float(np.mean(rewards)) if rewards else 0.0,
+        "solved_rate": float(np.mean(solved)) if solved else 0.0,
+        "partial_credit": float(np.mean([x for v in partial.values() for x in v]))
+        if tasks
+        else 0.0,
+        "metric_per_niche": {z: "/".join(sorted(m)) for z, m in metric.items()},
+        "accuracy_per_niche": {z: float(np.mean(v)) for z, v in per_niche.items()},
+        "partial_credit_per_niche": {z: float(np.mean(v)) for z, v in partial.items()},
         "tasks_per_niche": {z: len(v) for z, v in per_niche.items()},
         "anchor_counts": anchor,
         "structure_counts": structures,
         "codream_sessions": sessions,
+        "codream_skipped_no_success": skipped,
         "codream_matrix": giver_recipient,
         "lifecycle": lifecycle,
         "pool_size": pool_sizes,
@@ -150,8 +163,8 @@ def write_report(
         )
     ax.set_xticks(np.arange(len(niches)) + 0.4 - width / 2, niches, rotation=30, ha="right")
     ax.set_ylim(0, 1)
-    ax.set_ylabel("accuracy")
-    ax.set_title("Accuracy per niche")
+    ax.set_ylabel("accuracy (niche metric)")
+    ax.set_title("Accuracy per niche (EM math, pass@1 code, F1 QA)")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "accuracy_per_niche.png", dpi=120)
@@ -213,17 +226,40 @@ def write_report(
     fig.savefig(out / "specialization.png", dpi=120)
     plt.close(fig)
 
+    final_pool = s["pool_size"][-1] if s["pool_size"] else cfg.pool_size
     lines = [
         "# EvoChamber report",
         "",
-        f"tasks: {s['tasks']}, accuracy: {s['accuracy']:.3f}, LLM calls: {s['llm_calls']}, "
-        f"CoDream sessions: {s['codream_sessions']}, final pool: {s['pool_size'][-1] if s['pool_size'] else cfg.pool_size}",
+        f"tasks: {s['tasks']}, accuracy (mean of each niche's metric): {s['accuracy']:.3f}, "
+        f"solved (full marks): {s['solved_rate']:.3f}, partial credit (training reward, "
+        f"mean): {s['partial_credit']:.3f}, LLM calls: {s['llm_calls']}, CoDream sessions: "
+        f"{s['codream_sessions']} (skipped, no member succeeded: "
+        f"{s['codream_skipped_no_success']}), final pool: {final_pool}",
+        "",
+        "Each niche is scored with its metric (exact match: final answer equals the gold "
+        "answer; pass@1 (all tests): one program passing every test; token F1: SQuAD token "
+        "overlap). Partial credit is the training reward (fraction of tests / instructions).",
         "",
     ]
-    cols = ["niche", "tasks", "EvoChamber", *s["baselines"], "SI"]
+    cols = [
+        "niche",
+        "metric",
+        "tasks (count)",
+        "EvoChamber (metric)",
+        "EvoChamber partial credit (mean)",
+        *(f"{b} (metric)" for b in s["baselines"]),
+        "specialization index (anchor HHI, 0-1)",
+    ]
     lines += ["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
     for z in niches:
-        row = [z, str(s["tasks_per_niche"][z]), f"{s['accuracy_per_niche'][z]:.3f}"]
+        m = s["metric_per_niche"][z]
+        row = [
+            z,
+            "/".join(METRIC_LABELS.get(x, x) for x in m.split("/")),
+            str(s["tasks_per_niche"][z]),
+            f"{s['accuracy_per_niche'][z]:.3f}",
+            f"{s['partial_credit_per_niche'][z]:.3f}",
+        ]
         row += [f"{v['accuracy_per_niche'].get(z, 0.0):.3f}" for v in s["baselines"].values()]
         row.append(f"{s['specialization_index_per_niche'][z]:.3f}")
         lines.append("| " + " | ".join(row) + " |")

@@ -193,6 +193,14 @@ def read_source(data_dir: str | Path | None, name: str) -> list[dict]:
     return offline_source(name)
 
 
+def shuffle_stream(stream: Sequence[dict], seed: int) -> list[dict]:
+    """The stream in a random order (``random.Random(seed)``), the seed's permuted-stream
+    robustness check: the same tasks, no curriculum."""
+    out = list(stream)
+    random.Random(seed).shuffle(out)
+    return out
+
+
 def build_stream(
     name: str, data_dir: str | Path, *, limit: int | None = None, seed: int = 0
 ) -> list[dict]:

@@ -18,7 +18,7 @@ from coevo_jax.orchestrators.evochamber.state import ChamberState, synergy
 
 # Two scores closer than this are a tie (EWMA arithmetic can differ in the last ulp).
 TIE_EPS = 1e-12
-_ROLE_SALT = {"anchor": 0, "complement": 1, "scout": 2}
+_ROLE_SALT = {"anchor": 0, "complement": 1, "scout": 2, "random": 3}
 
 
 def niche_axis(state: ChamberState, niche: str | None = None) -> tuple[str, ...]:
@@ -102,10 +102,21 @@ def scout_scores(
     }
 
 
+def random_team(state: ChamberState, cfg: EvoChamberConfig) -> tuple[str, str, str]:
+    """Three distinct agents drawn uniformly (seeded by ``(cfg.seed, state.step)``), in draw
+    order; the selector ablation (the first one leads)."""
+    names = list(state.agents)
+    pick = role_rng(cfg, state.step, "random").choice(len(names), size=3, replace=False)
+    return tuple(names[int(i)] for i in pick)  # type: ignore[return-value]
+
+
 def select_team(state: ChamberState, niche: str, cfg: EvoChamberConfig) -> tuple[str, str, str]:
-    """(anchor, complement, scout) for a task of ``niche`` (eqs. 3, 4, 5 in that order)."""
+    """(anchor, complement, scout) for a task of ``niche`` (eqs. 3, 4, 5 in that order), or a
+    random team when ``cfg.team_selector == "random"``."""
     if len(state.agents) < 3:
         raise ValueError(f"the pool has {len(state.agents)} agents; a team needs 3")
+    if cfg.team_selector == "random":
+        return random_team(state, cfg)
     s = anchor_scores(state, niche, cfg)
     anchor = seeded_argmax(list(s.values()), list(s), role_rng(cfg, state.step, "anchor"))
     s = complement_scores(state, niche, anchor, cfg)

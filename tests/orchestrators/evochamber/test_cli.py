@@ -124,3 +124,51 @@ def test_shared_backbone_maps_every_agent_to_the_base_model():
     assert cli.SharedBackbone(Echo()).complete(
         [TextRequest("p", agent="a17"), TextRequest("q", agent=3)]
     ) == ["-1", "-1"]
+
+
+def test_no_selector_and_shuffle_ablations(tmp_path, monkeypatch, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    recs = [
+        {"id": f"g{i}", "class": "math", "problem": f"[g{i}] add", "true_answer": str(i)}
+        for i in range(8)
+    ]
+    (data / "gsm8k.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    stream = [dict(r, niche="gsm8k") for r in recs]
+    monkeypatch.setattr(
+        "coevo_jax.orchestrators.evochamber.streams.offline_source", lambda name: []
+    )
+    monkeypatch.setattr(
+        cli, "make_llm", lambda engine, url, model, seed, served: ScriptedLLM(stream, {})
+    )
+    monkeypatch.setattr(
+        "coevo_jax.orchestrators.evochamber.loop.default_reward_fn", lambda: boxed_reward
+    )
+    picked = []
+    import coevo_jax.orchestrators.evochamber.team as team
+
+    real = team.random_team
+    monkeypatch.setattr(
+        team, "random_team", lambda state, cfg: picked.append(real(state, cfg)) or picked[-1]
+    )
+
+    def run(out, *extra):
+        args = parser().parse_args(
+            ["evochamber", "--stream", "aflow", "--data", str(data), "--out", str(out)]
+            + ["--embedder", "hash", "--no-progress", "--set", "pool_size=6", *extra]
+        )
+        assert args.func(args) == 0
+        printed = json.loads(capsys.readouterr().out)
+        ids = [json.loads(x)["task_id"] for x in (out / "events.jsonl").read_text().splitlines()]
+        return printed, [i for i in ids]
+
+    base, order = run(tmp_path / "base")
+    assert base["team_selector"] == "niche" and order == [r["id"] for r in recs] and not picked
+    abl, order2 = run(tmp_path / "abl", "--no-selector", "--shuffle", "3")
+    assert abl["team_selector"] == "random" and abl["shuffle"] == 3
+    assert sorted(order2) == sorted(order) and order2 != order  # same tasks, permuted
+    assert len(picked) == 8 and all(len(set(t)) == 3 for t in picked)
+    teams = [
+        json.loads(x)["team"] for x in (tmp_path / "abl" / "events.jsonl").read_text().splitlines()
+    ]
+    assert [tuple(t) for t in teams] == picked

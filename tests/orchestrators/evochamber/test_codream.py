@@ -128,6 +128,7 @@ def test_run_codream_five_phases_majority_survivors_and_givers():
         {"a": "A", "b": "B", "c": None},
         [0.0, 1.0, 0.0],
         ["x", "y"],
+        success_threshold=0.5,
     )
     tags = [t for t, _ in llm.tags]
     assert (
@@ -138,13 +139,82 @@ def test_run_codream_five_phases_majority_survivors_and_givers():
         + ["codream_debate"] * 3
         + ["codream_crystallize"] * 2
     )
-    # contrast: the two members other than the best-scoring one ("b")
+    # contrast: the two failing members against the one that succeeded ("b")
     assert [a for t, a in llm.tags if t == "codream_contrast"] == ["a", "c"]
     # votes: proposal 1 gets a, b, c(fallback: keep all) = 3; 2 gets c = 1; 3 gets b, c = 2
-    assert [i["giver"] for i in insights] == ["a", "c"]
-    assert insights[0] == {"giver": "a", "text": "i-a", "level": "subdomain", "niche": "x"}
+    # a's and c's proposals carry b's approach: b is the giver, they are the authors
+    assert [(i["giver"], i["author"]) for i in insights] == [("b", "a"), ("b", "c")]
+    assert insights[0] == {
+        "giver": "b",
+        "author": "a",
+        "text": "i-a",
+        "level": "subdomain",
+        "niche": "x",
+    }
     # no NICHE line: the proposal's known tag ("Y" -> "y") is the scope
     assert insights[1]["niche"] == "y"
     assert counters == {"codream_debate_fallback": 1, "codream_niche_fallback": 1}
     crystallize = [r for r in llm.reqs if r.tag == "codream_crystallize"]
     assert "Tagged niches: y." in crystallize[0].prompt
+
+
+def test_codream_is_skipped_when_no_member_succeeded():
+    """All members failed: there is no successful approach to contrast with (the old code
+    contrasted against the "best" of three zeros)."""
+    llm = PhaseLLM()
+    team = ["a", "b", "c"]
+    caller = Caller(llm, {m: MemberContext("p") for m in team}, CFG)
+    insights, counters = run_codream(
+        caller,
+        team,
+        {"problem": "P"},
+        "x",
+        {m: m for m in team},
+        [0.0, 0.0, 0.0],
+        ["x"],
+        success_threshold=0.5,
+    )
+    assert (insights, counters, llm.tags) == ([], {"codream_skipped_no_success": 1}, [])
+    # success_threshold is what counts: 0.4 is a failure at 0.5, a success at 0.3
+    insights, _ = run_codream(
+        caller,
+        team,
+        {"problem": "P"},
+        "x",
+        {m: m for m in team},
+        [0.4, 0.0, 0.0],
+        ["x"],
+        success_threshold=0.3,
+    )
+    contrast = [r for r in llm.reqs if r.tag == "codream_contrast"]
+    assert [r.agent for r in contrast] == ["b", "c"]
+    assert all("A teammate's attempt succeeded" in r.prompt for r in contrast)
+    assert {i["giver"] for i in insights} == {"a"}
+
+
+def test_only_failing_members_contrast_and_only_successful_ones_give():
+    llm = PhaseLLM()
+    team = ["a", "b", "c"]
+    caller = Caller(llm, {m: MemberContext("p") for m in team}, CFG)
+    insights, _ = run_codream(
+        caller,
+        team,
+        {"problem": "P"},
+        "x",
+        {m: m.upper() for m in team},
+        [1.0, 1.0, 0.0],
+        ["x"],
+        success_threshold=0.5,
+    )
+    assert [a for t, a in llm.tags if t == "codream_contrast"] == ["c"]
+    # c contrasts against a (tie with b -> team order)
+    (c_req,) = [r for r in llm.reqs if r.tag == "codream_contrast"]
+    assert "succeeded (end):\nA\n" in c_req.prompt
+    assert {i["giver"] for i in insights} <= {"a", "b"}
+
+
+def test_recipients_exclude_the_giver():
+    agents = {f"a{i}": Agent(f"a{i}", "p", q={"x": v}) for i, v in enumerate([0.9, 0.2, 0.1, 0.8])}
+    s = ChamberState(step=0, agents=agents)
+    assert recipients(s, "x", CFG) == ["a1", "a2"]  # median 0.5
+    assert recipients(s, "x", CFG, giver="a2") == ["a1"]

@@ -78,7 +78,12 @@ def test_write_report_and_baselines(tmp_path):
         assert (tmp_path / f).stat().st_size > 0, f
     assert json.loads((tmp_path / "report.json").read_text())["tasks"] == 12 == s["tasks"]
     md = (tmp_path / "report.md").read_text()
-    assert "| niche | tasks | EvoChamber | single_agent | sc@5 | SI |" in md
+    # every column names its metric
+    assert (
+        "| niche | metric | tasks (count) | EvoChamber (metric) | EvoChamber partial credit "
+        "(mean) | single_agent (metric) | sc@5 (metric) | specialization index (anchor HHI, "
+        "0-1) |"
+    ) in md
 
 
 def test_self_consistency_majority():
