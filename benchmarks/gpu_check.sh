@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# One call on a lent H200 (no network; jax, flax, optax, orbax, chex, torch, transformers and
-# peft are there, trl is not). Prepare the trl wheel first, here:
+# The GPU check, for a contributor with one NVIDIA GPU (H100/H200 class, ~80 GB):
+#   bash benchmarks/gpu_check.sh            # SHAPE=qwen3-4b by default, OUT=benchmarks/results
+# It needs jax[cuda], flax, optax, orbax, chex, torch, transformers, peft and trl==1.16.0.
+# On a machine without network, fetch the trl wheel elsewhere first
 #   pip download --no-deps trl==1.16.0 -d .gpu_wheels
-# then run this with the device tool, carrying .gpu_wheels. Finishes in a few minutes and
-# writes $OUT/gpu_check-qwen3-4b.json.
+# and copy .gpu_wheels/ into the checkout: it is installed from there. Without trl the
+# PyTorch side is skipped. It takes a few minutes and writes $OUT/gpu_check-qwen3-4b.json
+# (what it measures: benchmarks/gpu_check.py and benchmarks/README.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD:${PYTHONPATH:-}"
