@@ -1,5 +1,5 @@
 """The CPU suite on the default run (embedded SmolLM2, ``configs/cpu_default.yaml``), end to
-end through ``benchmarks.eval_default_run`` at its smallest settings."""
+end through ``scripts/eval_default_run.py`` at its smallest settings."""
 
 import json
 
@@ -9,7 +9,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_default_run_cpu_suite_writes_the_report(tmp_path, monkeypatch, capsys):
-    from benchmarks import common, eval_default_run
+    from benchmarks import common
+    from scripts import eval_default_run
 
     monkeypatch.setattr(common, "RESULTS", tmp_path / "results")
     run = tmp_path / "run"

@@ -1,7 +1,7 @@
 """The CPU suite on the default run: train ``configs/cpu_default.yaml`` (the embedded
 SmolLM2-135M-Instruct) for a few rounds, then ``coevo eval`` it with every baseline.
 
-    python -m benchmarks.eval_default_run [--rounds N] [--limit N] [--run DIR]
+    python -m scripts.eval_default_run [--rounds N] [--limit N] [--run DIR]
 
 ``--run DIR`` reuses a run directory that already holds a checkpoint (no training); else a
 run is trained into ``DIR`` (default ``runs/eval_default-<time>``) with the same machinery as
@@ -29,7 +29,7 @@ from benchmarks import common
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.eval_default_run", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m scripts.eval_default_run", description=__doc__)
     p.add_argument("--rounds", type=int, default=2, help="training rounds (default 2)")
     p.add_argument("--limit", type=int, default=2, help="eval records per dataset (default 2)")
     p.add_argument("--run", help="reuse this run if it holds a checkpoint, else train into it")
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     path = common.write_result(
         "eval_default_run",
         {
-            "command": "python -m benchmarks.eval_default_run "
+            "command": "python -m scripts.eval_default_run "
             + " ".join(argv if argv is not None else sys.argv[1:]),
             "config": {
                 "rounds": payload.get("checkpoint_round"),
