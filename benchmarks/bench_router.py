@@ -28,8 +28,6 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent
-IFEVAL = ROOT.parent.parent / "shared" / "data" / "ifeval" / "input_data.jsonl"
 GEN_TOKENS = 256
 BUCKET = 16  # prompt-length rounding for the router batches (keeps padding small)
 
@@ -47,10 +45,9 @@ def _time(fn, repeats: int, label: str, warmup: bool = True) -> dict[str, float]
 
 
 def _queries(tokenizer, n: int) -> list[list[int]]:
-    if IFEVAL.is_file():
-        prompts = [json.loads(line)["prompt"] for line in IFEVAL.open()][:n]
-    else:  # the repository layout without shared/: fixed synthetic questions
-        prompts = [f"Question {i}: explain why the sky looks blue at noon." for i in range(n)]
+    from coevo_jax.data.offline import IFEVAL_FILE  # the package's IFEval prompts
+
+    prompts = [json.loads(line)["prompt"] for line in IFEVAL_FILE.open()][:n]
     return [
         tokenizer.encode(
             tokenizer.apply_chat_template([{"role": "user", "content": p}]),

@@ -125,7 +125,11 @@ class LoopSpec:
       queries_per_round: B_global distinct training queries per round (paper: 16).
       groups_per_step: |Q_i|, query groups an agent's buffer must hold to take a policy
         step, and how many it pops (paper: 16).
-      max_policy_steps: stop once any agent reaches this many steps (paper: 6000).
+      max_policy_steps: each agent's own budget of policy steps. An agent that has spent it
+        leaves the pool: it is no longer routed, generates nothing and its buffer is
+        emptied. The run stops when *every* agent has spent its budget (or after
+        ``rounds``). The paper's "at most 6000 optimisation steps" counts all agents'
+        steps, so the paper configs give each of the 4 agents 1500.
       seed: everything random derives from it (paper: 42).
       checkpoint_every: rounds between checkpoints (0 = only at the end).
       keep_checkpoints: how many checkpoints to keep.
@@ -144,12 +148,31 @@ class LoopSpec:
     eval_tau: float | None = None
 
     def __post_init__(self):
-        for name in ("rounds", "queries_per_round", "groups_per_step", "max_policy_steps"):
+        for name in (
+            "rounds",
+            "queries_per_round",
+            "groups_per_step",
+            "max_policy_steps",
+            "feature_log_size",
+            "probe_size",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.checkpoint_every < 0 or self.plot_every < 0 or self.keep_checkpoints < 1:
             raise ValueError("checkpoint_every/plot_every must be >= 0 and keep_checkpoints >= 1")
 
+      buffer_capacity: most groups an agent's LIFO buffer holds; pushing more evicts the
+        oldest (bottom) ones, which a LIFO pop would reach last. At least ``groups_per_step``;
+        None means ``4 * groups_per_step`` (see :attr:`buffer_limit`).
+      feature_log_size: router features kept for the t-SNE plot, as a uniform reservoir
+        sample of every routed query (``router_features.npz``, never the JSON state).
+      probe_every: rounds between held-out probes (``coevo_jax.train.probe``; 0 = none). A
+        probe runs before a round whose count of completed rounds is a multiple of it, and
+        is logged under ``probe`` in that round's record (``rounds = k * probe_every + 1``
+        ends on a probe).
+      probe_size: probe queries, stratified by domain, from the mixture's ``probe_split``.
+      probe_split: which held-out file of the data directory the probe samples.
+      probe_max_new_tokens: greedy budget of a probe completion (None: rollout's budget).
 
 @dataclasses.dataclass(frozen=True)
 class ParallelSpec:
@@ -161,6 +184,12 @@ class ParallelSpec:
       tensor: heads and MLP width split.
 
     All 1 (the default) means no mesh: the single-device loop. One size may be -1 (all the
+    buffer_capacity: int | None = None
+    feature_log_size: int = 4096
+    probe_every: int = 0
+    probe_size: int = 64
+    probe_split: str = "eval_id"
+    probe_max_new_tokens: int | None = None
     devices the others leave). A multi-process run (``jax.distributed``) needs a mesh; the
     product must equal the global device count.
     """
@@ -168,6 +197,20 @@ class ParallelSpec:
     data: int = 1
     fsdp: int = 1
     tensor: int = 1
+        if self.buffer_capacity is not None and self.buffer_capacity < self.groups_per_step:
+            raise ValueError(
+                f"buffer_capacity ({self.buffer_capacity}) must be >= groups_per_step "
+                f"({self.groups_per_step}), or no policy step could ever be taken"
+            )
+        if self.probe_every < 0:
+            raise ValueError(f"probe_every must be >= 0, got {self.probe_every}")
+        if self.probe_max_new_tokens is not None and self.probe_max_new_tokens < 1:
+            raise ValueError(f"probe_max_new_tokens must be >= 1, got {self.probe_max_new_tokens}")
+
+    @property
+    def buffer_limit(self) -> int:
+        """Groups an agent's buffer may hold (``buffer_capacity`` or ``4 * groups_per_step``)."""
+        return self.buffer_capacity or 4 * self.groups_per_step
 
     def __post_init__(self):
         sizes = (self.data, self.fsdp, self.tensor)

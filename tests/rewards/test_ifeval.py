@@ -3,25 +3,19 @@
 to satisfy and to violate each prompt's instructions; plus the offline Punkt wiring."""
 
 import json
-from pathlib import Path
 
 import pytest
 
+from coevo_jax.data.offline import IFEVAL_FILE
 from coevo_jax.rewards import ifeval
 
 pytest.importorskip("lm_eval", reason="the IFEval registry ships in lm-eval (--no-deps)")
 
-_CANDIDATES = [
-    Path(__file__).resolve().parents[2] / "coevo_jax" / "data" / "ifeval" / "input_data.jsonl",
-    Path(__file__).resolve().parents[3] / "shared" / "data" / "ifeval" / "input_data.jsonl",
-]
-
 
 def _prompts():
-    for p in _CANDIDATES:
-        if p.exists():
-            return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
-    pytest.skip("IFEval input_data.jsonl not found")
+    """IFEval's 541 prompts, shipped with the package (``coevo_jax/data/ifeval``)."""
+    text = IFEVAL_FILE.read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 WORDS = (
