@@ -14,6 +14,13 @@ One orchestration round:
 8. a router step from the round's cross-agent advantages;
 9. metrics, plots and, on schedule, an atomic checkpoint of the complete state.
 
+Every ``loop.probe_every`` rounds, before the round, a fixed held-out probe set is routed and
+answered in inference mode (``coevo_jax.train.probe``) and logged under ``probe``.
+
+``loop.max_policy_steps`` is a per-agent budget: an agent that has spent it is routed no
+more (the others meet the threshold), generates nothing and drops its buffer; the run ends
+when every agent has spent it, or after ``loop.rounds``.
+
 With a ``parallel`` mesh the policy step runs SPMD over every device of every process and
 process 0 drives routing, generation and rewards (``coevo_jax.train.distributed``).
 
@@ -47,11 +54,14 @@ from coevo_jax.router import (
     record_entropy,
     route,
     router_step,
+    select_agents,
+    select_top_k,
     update_counters,
 )
 from coevo_jax.router import features as router_features
+from coevo_jax.train import probe as probe_lib
 from coevo_jax.train.batching import build_policy_batch
-from coevo_jax.train.buffers import Group, LIFOBuffer
+from coevo_jax.train.buffers import FeatureReservoir, Group, LIFOBuffer
 from coevo_jax.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from coevo_jax.train.config import TrainConfig
 from coevo_jax.train.distributed import (
@@ -110,6 +120,8 @@ class Trainer:
       reward_fn: ``(records, completions, agent_ids) -> rewards`` (default: the verifiers).
       engines: one rollout engine per agent group (default: from ``cfg.rollout``).
       progress: show a progress bar.
+      probe_records: the held-out records the probe samples when ``cfg.loop.probe_every``
+        is set (default: ``cfg.loop.probe_split`` of the run's data directory).
       read_only: restore-and-serve mode for evaluation: ``run_dir`` is only read (no
         ``config.json`` rewrite, no metrics or TensorBoard writer, no metrics truncation on
         :meth:`restore`); ``records`` must be given (nothing is built into the run) and
@@ -129,6 +141,7 @@ class Trainer:
         engines: Sequence[Any] | None = None,
         progress: bool = True,
         read_only: bool = False,
+        probe_records: Sequence[Any] | None = None,
     ):
         self.cfg = cfg
         self.run_dir = Path(run_dir)
@@ -168,12 +181,19 @@ class Trainer:
         self.group_of = {a: g for g in self.groups for a in g.agents}
         in_dim = feature_dim(self.router_backbone.cfg.hidden_size, cfg.router.feature_layers)
         self.router = init_router(cfg.router, in_dim, seed=cfg.loop.seed)
-        self.buffers = [LIFOBuffer() for _ in range(n)]
+        self.buffers = [LIFOBuffer(capacity=cfg.loop.buffer_limit) for _ in range(n)]
         self.versions = [0] * n
         self.stream = QueryStream(len(self.records), cfg.loop.seed)
         self.round = 0
         self._router_prompts: dict[int, list[int]] = {}
-        self._features_log: dict[str, list] = {"h": [], "agent": [], "cls": []}
+        self._features_log = FeatureReservoir(cfg.loop.feature_log_size, in_dim, seed=cfg.loop.seed)
+        self.probe: probe_lib.ProbeSet | None = None
+        if cfg.loop.probe_every and self.driver and not read_only:
+            self.probe = probe_lib.ProbeSet.sample(
+                probe_records if probe_records is not None else self._probe_records(),
+                cfg.loop.probe_size,
+                cfg.loop.seed,
+            )
         self.metrics = MetricsWriter(self.run_dir) if self.driver and not read_only else None
         if self.driver and not read_only:
             (self.run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
@@ -192,6 +212,34 @@ class Trainer:
                 self.records[idx], self.router_backbone.tokenizer, self.cfg.data.max_input_tokens
             )
         return self._router_prompts[idx]
+
+    def _probe_records(self) -> list[Any]:
+        from coevo_jax import data
+
+        path = Path(self.cfg.data.path) if self.cfg.data.path else self.run_dir / "data"
+        file = path / f"{self.cfg.loop.probe_split}.jsonl"
+        if not file.is_file():
+            raise FileNotFoundError(
+                f"{file}: loop.probe_every needs a held-out file (loop.probe_split) in the "
+                f"data directory, or pass probe_records"
+            )
+        return data.read_records(file)
+
+    def capped(self) -> np.ndarray:
+        """``[N]`` bool: agents that have spent ``loop.max_policy_steps`` and left the pool."""
+        return np.asarray(self.agent_steps()) >= self.cfg.loop.max_policy_steps
+
+    def _route_uncapped(self, f: np.ndarray, s: np.ndarray, capped: np.ndarray) -> np.ndarray:
+        """Training activation over the agents still in the pool: capped agents rank last with
+        no familiarity, so the threshold (or top-k) is met by the others, and never serve."""
+        rc = self.cfg.router
+        f_m = jnp.asarray(np.where(capped, 0.0, f), jnp.float32)
+        s_m = jnp.asarray(np.where(capped, -np.inf, s), jnp.float32)
+        if rc.routing == "top_k":
+            active = select_top_k(s_m, min(rc.top_k, int((~capped).sum())))
+        else:
+            active = select_agents(f_m, s_m, tau=rc.tau)
+        return np.asarray(active) & ~capped
 
     def agent_steps(self) -> list[int]:
         steps = [0] * self.cfg.lora.n_agents
@@ -224,22 +272,27 @@ class Trainer:
             raise RuntimeError(f"{self.run_dir}: opened read-only (evaluation); not saving")
         if not self.driver:
             return None
+        feats = self.run_dir / "checkpoints" / f"features_{self.round:06d}.npz"
         host = {
             "round": self.round,
             "versions": self.versions,
             "stream": self.stream.state(),
             "buffers": [b.state_dict() for b in self.buffers],
-            "features_log": {
-                k: [np.asarray(x).tolist() for x in v] for k, v in self._features_log.items()
-            },
+            "features_log": {"file": feats.name, "seen": self._features_log.seen},
         }
-        return save_checkpoint(
-            self.run_dir / "checkpoints",
-            self.round,
-            self._arrays(),
-            host,
-            keep=self.cfg.loop.keep_checkpoints,
+        # The reservoir is an array file beside the checkpoints (never JSON), written before
+        # the checkpoint that names it; files no kept checkpoint names are pruned after.
+        root = self.run_dir / "checkpoints"
+        root.mkdir(parents=True, exist_ok=True)
+        self._features_log.save(feats)
+        path = save_checkpoint(
+            root, self.round, self._arrays(), host, keep=self.cfg.loop.keep_checkpoints
         )
+        kept = {f"features_{p.name.removeprefix('round_')}.npz" for p in root.glob("round_*")}
+        for old in root.glob("features_*.npz"):
+            if old.name not in kept:
+                old.unlink(missing_ok=True)
+        return path
 
     def restore(self, path: Path | None = None) -> bool:
         """Loads the newest checkpoint of ``run_dir`` (or ``path``); False when there is none."""
@@ -259,8 +312,17 @@ class Trainer:
             host["stream"]["epoch"],
             host["stream"]["position"],
         )
-        self.buffers = [LIFOBuffer.from_state_dict(b) for b in host["buffers"]]
-        self._features_log = {k: list(v) for k, v in host["features_log"].items()}
+        self.buffers = [
+            LIFOBuffer.from_state_dict(b, capacity=self.cfg.loop.buffer_limit)
+            for b in host["buffers"]
+        ]
+        feats = host["features_log"]
+        if "file" in feats:
+            self._features_log = FeatureReservoir.load(path.parent / feats["file"])
+        else:  # a checkpoint from before the reservoir: replay its full log into one
+            log = self._features_log
+            for h, a, c in zip(feats["h"], feats["agent"], feats["cls"], strict=True):
+                log.add(np.asarray([h], np.float32), np.asarray([a]), [c])
         if self.metrics is not None:
             self.metrics.truncate_after(self.round)
         self.publish_all()
@@ -332,11 +394,14 @@ class Trainer:
                 batch = place_batch(batch, g.mesh)
             g.policy, m = g.step_fn(g.policy, g.step_params, batch)
             m = jax.device_get(m)
+            new_steps = np.asarray(g.policy.agent_steps)
             for a in stepped:
                 k = g.local(a)
                 out["per_agent"][str(a)] = {name: float(np.asarray(v)[k]) for name, v in m.items()}
                 self.versions[a] += 1
                 g.publish(a, self.versions[a])
+                if int(new_steps[k]) >= cfg.loop.max_policy_steps:
+                    self.buffers[a].clear()  # it never steps again: nothing to keep or save
             out["agents"] += stepped
         if kept:
             out["kept_fraction"] = float(np.mean(kept))
@@ -425,6 +490,14 @@ class Trainer:
         g_size = cfg.rollout.group_size
         t0 = time.perf_counter()
         timings: dict[str, float] = {}
+        probe = None
+        if self.probe is not None and self.round % cfg.loop.probe_every == 0:
+            probe = {"after_rounds": self.round} | probe_lib.run_probe(
+                self, self.probe,
+                max_new_tokens=cfg.loop.probe_max_new_tokens or cfg.rollout.max_new_tokens,
+            )  # fmt: skip
+            timings["probe_s"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
         idx = self.stream.next(cfg.loop.queries_per_round)
         recs = [self.records[i] for i in idx]
 
@@ -445,6 +518,9 @@ class Trainer:
         decision = route(self.router, h, train=True)
         active = np.asarray(decision.active)
         f = np.asarray(decision.f)
+        capped = self.capped()
+        if capped.any():
+            active = self._route_uncapped(f, np.asarray(decision.s), capped)
         timings["route_s"] = time.perf_counter() - t0
 
         # 5: generation and rewards (process 0 drives the engines and the verifiers)
@@ -515,9 +591,7 @@ class Trainer:
         # 9: metrics
         self.round += 1
         routed_agent = np.where(active, f, -1.0).argmax(axis=1)
-        self._features_log["h"] += [np.asarray(x, np.float16).tolist() for x in np.asarray(h)]
-        self._features_log["agent"] += [int(a) for a in routed_agent]
-        self._features_log["cls"] += [str(r.get("class", "")) for r in recs]
+        self._features_log.add(np.asarray(h), routed_agent, [str(r.get("class", "")) for r in recs])
         by_class: dict[str, list[float]] = {}
         for c in sorted({str(r.get("class", "")) for r in recs}):
             sel = [q for q, r in enumerate(recs) if str(r.get("class", "")) == c]
@@ -542,6 +616,8 @@ class Trainer:
             "entropy": mean_ent.tolist(),
             "buffers": [len(b) for b in self.buffers],
             "dropped_flat": [b.dropped_flat for b in self.buffers],
+            "dropped_overflow": [b.dropped_overflow for b in self.buffers],
+            "capped": self.capped().tolist(),
             "failures": failures,
             "policy": policy_metrics,
             "gap": gap,
@@ -552,20 +628,17 @@ class Trainer:
             },
             "timings": timings,
         }
+        if probe is not None:
+            record["probe"] = probe
         if self.metrics is not None:
             self.metrics.write(record)
         return record
 
     # ---------------------------------------------------------------- the run
     def write_features(self) -> None:
-        log = self._features_log
-        if log["h"] and self.driver:
-            np.savez(
-                self.run_dir / FEATURES_FILE,
-                h=np.asarray(log["h"], np.float16),
-                agent=np.asarray(log["agent"], np.int32),
-                cls=np.asarray(log["cls"]),
-            )
+        """Writes the feature reservoir (bounded) to ``run_dir/router_features.npz``."""
+        if len(self._features_log) and self.driver:
+            self._features_log.save(self.run_dir / FEATURES_FILE)
 
     def run(self, rounds: int | None = None) -> list[dict[str, Any]]:
         """Runs until ``cfg.loop.rounds`` rounds are done (or ``rounds`` more); returns metrics."""
@@ -597,7 +670,7 @@ class Trainer:
                 if loop.plot_every and self.round % loop.plot_every == 0 and self.driver:
                     self.write_features()
                     plot_run(self.run_dir)
-                if min(self.agent_steps()) >= loop.max_policy_steps:
+                if self.capped().all():  # every agent has spent its own budget
                     break
         finally:
             if bar is not None:

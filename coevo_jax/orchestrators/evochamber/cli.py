@@ -83,6 +83,12 @@ class SharedBackbone:
 
         return self.llm.complete([dataclasses.replace(r, agent=-1) for r in requests])
 
+    def __getattr__(self, name):
+        # token counting and prompt budgets of the wrapped LLM, when it has them
+        if name in ("count_tokens", "prompt_budget", "context_length"):
+            return getattr(self.llm, name)
+        raise AttributeError(name)
+
 
 def make_llm(
     engine: str, url: str | None, model: str | None, seed: int, served_model_name: str | None = None

@@ -215,6 +215,7 @@ def run_task(
         "niche": niche,
         "team": list(team),
         "structure": structure,
+        "leadlearn_entries": len(entries),
         "reward": reward,
         "metric": final.metric,
         "solved": final.solved,

@@ -96,8 +96,16 @@ class Caller:
             raise RuntimeError(f"TextLLM returned {len(outs)} completions for {len(reqs)} requests")
         outs = [o if isinstance(o, str) else "" for o in outs]
         self.calls += len(reqs)
-        for (agent, _, tag), o in zip(items, outs, strict=False):
-            self.transcript.append({"agent": agent, "tag": tag, "output": o})
+        # An LLM that counts tokens (EngineTextLLM) has checked every prompt against its
+        # budget; the transcript keeps both numbers so a run shows how close prompts came.
+        count = getattr(self.llm, "count_tokens", None)
+        budget = getattr(self.llm, "prompt_budget", None)
+        for (agent, _, tag), o, r in zip(items, outs, reqs, strict=True):
+            entry = {"agent": agent, "tag": tag, "output": o}
+            if count is not None and budget is not None:
+                entry["prompt_tokens"] = count(r.prompt)
+                entry["prompt_budget"] = budget(r.max_tokens)
+            self.transcript.append(entry)
         return outs
 
 

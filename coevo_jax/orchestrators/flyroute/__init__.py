@@ -10,7 +10,12 @@ evaluates routing accuracy against gold routes the pipeline never sees.
 from coevo_jax.orchestrators.flyroute.bench_data import Benchmark, LabeledQuery, build_benchmark
 from coevo_jax.orchestrators.flyroute.config import FlyRouteConfig
 from coevo_jax.orchestrators.flyroute.distill import Distiller
-from coevo_jax.orchestrators.flyroute.exploit import Router, parse_agents
+from coevo_jax.orchestrators.flyroute.exploit import (
+    Router,
+    RouterPromptError,
+    fit_router_prompt,
+    parse_agents,
+)
 from coevo_jax.orchestrators.flyroute.explore import (
     explore,
     explore_value,
@@ -43,6 +48,7 @@ __all__ = [
     "Query",
     "RegistrationError",
     "Router",
+    "RouterPromptError",
     "StepResult",
     "Success",
     "VerifierGate",
@@ -50,6 +56,7 @@ __all__ = [
     "evaluate",
     "explore",
     "explore_value",
+    "fit_router_prompt",
     "parse_agents",
     "parse_score",
     "redundancy_adjusted",

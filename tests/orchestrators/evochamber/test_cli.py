@@ -172,3 +172,27 @@ def test_no_selector_and_shuffle_ablations(tmp_path, monkeypatch, capsys):
         json.loads(x)["team"] for x in (tmp_path / "abl" / "events.jsonl").read_text().splitlines()
     ]
     assert [tuple(t) for t in teams] == picked
+
+
+def test_shared_backbone_passes_token_budgets_through_to_the_transcript():
+    from coevo_jax.orchestrators.evochamber.config import EvoChamberConfig
+    from coevo_jax.orchestrators.evochamber.structures import Caller, MemberContext
+
+    class Counting:
+        def complete(self, reqs):
+            return ["ok" for _ in reqs]
+
+        def count_tokens(self, prompt):
+            return len(prompt.split())
+
+        def prompt_budget(self, max_tokens):
+            return 1000 - max_tokens
+
+    llm = cli.SharedBackbone(Counting())
+    assert llm.prompt_budget(10) == 990
+    assert not hasattr(cli.SharedBackbone(object()), "count_tokens")
+    cfg = EvoChamberConfig()
+    caller = Caller(llm, {"a": MemberContext("be brief")}, cfg)
+    caller.ask([("a", "two words", "solve")])
+    (t,) = caller.transcript
+    assert t["prompt_tokens"] == 4 and t["prompt_budget"] == 1000 - cfg.max_tokens
