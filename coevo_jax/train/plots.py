@@ -6,7 +6,10 @@
 - ``updates_per_agent.png``: cumulative policy steps per agent (the adaptive update frequency);
 - ``familiarity_by_class.png``: mean familiarity per agent and task class (heat map);
 - ``activated_agents.png``: histogram of how many agents each query activated;
-- ``router_tsne.png``: t-SNE of router features coloured by the most familiar activated agent.
+- ``router_tsne.png``: t-SNE of router features coloured by the most familiar activated agent
+  (the run's bounded reservoir sample of them, ``loop.feature_log_size`` rows at most);
+- ``probe_curves.png``: the held-out probe over training (``coevo_jax.train.probe``): macro
+  reward, mean active agents at the evaluation tau, routing NMI, and familiarity by domain.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import numpy as np  # noqa: E402
 from coevo_jax.train.metrics import read_metrics  # noqa: E402
 
 FEATURES_FILE = "router_features.npz"
+TSNE_MAX_POINTS = 4096
 
 
 def _save(fig: Any, path: Path) -> Path:
@@ -48,6 +52,7 @@ def plot_run(run_dir: str | os.PathLike) -> list[Path]:
         written += _updates(rows, out_dir)
         written += _familiarity(rows, out_dir)
         written += _activations(rows, out_dir)
+        written += plot_probe(rows, out_dir)
     feats = run_dir / FEATURES_FILE
     if feats.is_file():
         written += _tsne(feats, out_dir)
@@ -137,9 +142,60 @@ def _activations(rows: list[dict], out_dir: Path) -> list[Path]:
     return [_save(fig, out_dir / "activated_agents.png")]
 
 
+def plot_probe(rows: list[dict], out_dir: Path) -> list[Path]:
+    """``probe_curves.png`` from the rounds that carry a ``probe`` record (none: no plot).
+
+    Panels: macro reward (and each domain's), mean active agents at the evaluation tau
+    (with the 4-agent start and the 2-agent goal), routing NMI between domain and top-1
+    agent, and each domain's familiarity of its most familiar agent.
+    """
+    probes = [m["probe"] for m in rows if m.get("probe")]
+    if not probes:
+        return []
+    x = [p["after_rounds"] for p in probes]
+    domains = sorted(probes[-1]["reward_by_domain"])
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    ax = axes[0, 0]
+    for d in domains:
+        ys = [p["reward_by_domain"].get(d, np.nan) for p in probes]
+        ax.plot(x, ys, "-", alpha=0.5, lw=1, label=d)
+    ax.plot(x, [p["macro_reward"] for p in probes], "k-o", lw=2, ms=4, label="macro")
+    ax.set(xlabel="rounds trained", ylabel="reward (top-1 agent, greedy)", title="Probe reward")
+    ax.legend(fontsize=7, ncol=2)
+    ax = axes[0, 1]
+    ax.plot(x, [p["mean_active"] for p in probes], "b-o", ms=4)
+    n = len(next(iter(probes[-1]["familiarity_by_domain"].values())))
+    ax.axhline(n, color="gray", ls=":", lw=1)
+    ax.axhline(2, color="green", ls="--", lw=1, label="goal <= 2")
+    ax.set(
+        xlabel="rounds trained", ylabel="agents per query", title="Mean active agents (eval tau)"
+    )
+    ax.set_ylim(0.5, n + 0.5)
+    ax.legend(fontsize=8)
+    ax = axes[1, 0]
+    ax.plot(x, [p["nmi"] for p in probes], "m-o", ms=4)
+    ax.axhline(0.3, color="green", ls="--", lw=1, label="goal >= 0.3")
+    ax.set(xlabel="rounds trained", ylabel="NMI", title="Routing NMI (domain vs top-1 agent)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize=8)
+    ax = axes[1, 1]
+    for d in domains:
+        ys = [max(p["familiarity_by_domain"].get(d, [np.nan])) for p in probes]
+        ax.plot(x, ys, "-o", ms=3, label=d)
+    ax.set(xlabel="rounds trained", ylabel="max_i mean f_i", title="Familiarity by domain")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=7)
+    for a in axes.flat:
+        a.grid(alpha=0.3)
+    return [_save(fig, out_dir / "probe_curves.png")]
+
+
 def _tsne(path: Path, out_dir: Path) -> list[Path]:
     data = np.load(path)
     h, agent = data["h"].astype(np.float32), data["agent"]
+    if len(h) > TSNE_MAX_POINTS:  # a features file written before the log was bounded
+        keep = np.sort(np.random.default_rng(0).choice(len(h), TSNE_MAX_POINTS, replace=False))
+        h, agent = h[keep], agent[keep]
     # Fewer than 5 distinct points (e.g. an untrained tiny model's features): nothing to
     # embed, and sklearn's PCA init divides by a zero spread, whose NaNs crash Barnes-Hut.
     if len(h) < 5 or len(np.unique(h, axis=0)) < 5 or not np.isfinite(h).all():
