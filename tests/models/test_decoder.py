@@ -18,23 +18,15 @@ from coevo_jax.models import (
     load,
     param_shapes,
 )
+from tests.helpers import tiny_model_config
 
 TOL = 1e-4
 
 
 def _tiny(family: str, **kw) -> ModelConfig:
-    base = dict(
-        family=family,
-        vocab_size=61,
-        hidden_size=32,
-        intermediate_size=48,
-        num_layers=3,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=8,
+    return tiny_model_config(
+        family, **({"vocab_size": 61, "intermediate_size": 48, "num_layers": 3} | kw)
     )
-    base.update(kw)
-    return ModelConfig(**base)
 
 
 def _perturbed_params(cfg: ModelConfig, seed: int = 0):

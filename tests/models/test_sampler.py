@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from coevo_jax.lora.weights import LoRAWeights
-from coevo_jax.models.config import ModelConfig
 from coevo_jax.models.decoder import jit_forward, param_shapes
 from coevo_jax.models.default import default_model_path
 from coevo_jax.models.sampler import bucket, generate, prompt_bucket, sampling_logprobs
+from tests.helpers import tiny_model_config
 
 
 def _smollm_path() -> str:
@@ -25,18 +25,7 @@ def _smollm_path() -> str:
         pytest.skip(str(e))
 
 
-CFG = ModelConfig(
-    family="llama",
-    vocab_size=97,
-    hidden_size=32,
-    intermediate_size=64,
-    num_layers=2,
-    num_heads=4,
-    num_kv_heads=2,
-    head_dim=8,
-    max_position_embeddings=512,
-    eos_token_ids=(96,),
-)
+CFG = tiny_model_config("llama", vocab_size=97, max_position_embeddings=512, eos_token_ids=(96,))
 PROMPTS = [[5, 6, 7], [8, 9, 10, 11, 12, 13, 14, 15, 16], [3], [40, 41]]
 
 

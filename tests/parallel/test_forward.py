@@ -8,19 +8,11 @@ import numpy as np
 import pytest
 
 from coevo_jax.lora.weights import TARGET_MODULES, LoRAWeights
-from coevo_jax.models import KVCache, ModelConfig, init_params, jit_forward
+from coevo_jax.models import KVCache, init_params, jit_forward
 from coevo_jax.parallel import make_mesh, shard_params, sharded_forward
+from tests.helpers import tiny_model_config
 
-CFG = ModelConfig(
-    family="qwen3",
-    vocab_size=64,
-    hidden_size=32,
-    intermediate_size=64,
-    num_layers=2,
-    num_heads=4,
-    num_kv_heads=2,
-    head_dim=8,
-)
+CFG = tiny_model_config("qwen3")
 
 
 def _lora(n_agents: int = 2, rank: int = 2) -> LoRAWeights:

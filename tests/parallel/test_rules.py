@@ -9,20 +9,11 @@ from jax.sharding import PartitionSpec as P
 
 from coevo_jax.models import ModelConfig, init_params, param_shapes
 from coevo_jax.parallel import fit_spec, make_mesh, param_specs, shard_lora, shard_params, spec_for
+from tests.helpers import tiny_model_config
 
 
 def _cfg(family: str, **kw) -> ModelConfig:
-    base = dict(
-        family=family,
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_layers=2,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=8,
-    )
-    return ModelConfig(**(base | kw))
+    return tiny_model_config(family, **kw)
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3", "phi3"])

@@ -8,20 +8,11 @@ import numpy as np
 
 from coevo_jax.lora.config import LoRAConfig
 from coevo_jax.lora.init import init_lora
-from coevo_jax.models import ModelConfig, init_params
+from coevo_jax.models import init_params
 from coevo_jax.rl.logprobs import PolicyBatch
+from tests.helpers import tiny_model_config
 
-CFG = ModelConfig(
-    family="llama",
-    vocab_size=32,
-    hidden_size=32,
-    intermediate_size=64,
-    num_layers=2,
-    num_heads=4,
-    num_kv_heads=2,
-    head_dim=8,
-    tie_word_embeddings=True,
-)
+CFG = tiny_model_config("llama", vocab_size=32, tie_word_embeddings=True)
 
 
 # Three of the seven projections (attention in/out and the MLP's down): every code path, at

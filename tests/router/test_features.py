@@ -3,19 +3,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from coevo_jax.models import ModelConfig, init_params
+from coevo_jax.models import init_params
 from coevo_jax.router.features import feature_layers, features, left_truncate, pad_queries
+from tests.helpers import tiny_model_config
 
-TINY = ModelConfig(
-    family="llama",
-    vocab_size=61,
-    hidden_size=32,
-    intermediate_size=48,
-    num_layers=6,
-    num_heads=4,
-    num_kv_heads=2,
-    head_dim=8,
-)
+TINY = tiny_model_config("llama", vocab_size=61, intermediate_size=48, num_layers=6)
 
 
 def test_feature_layer_indices():

@@ -2,8 +2,9 @@
 
 import jax
 
-from coevo_jax.models import ModelConfig, init_params
+from coevo_jax.models import init_params
 from coevo_jax.train.loop import Backbone
+from tests.helpers import tiny_model_config
 
 VOCAB = 96  # ids 0..2 special, then printable ASCII from 32
 
@@ -25,16 +26,8 @@ class CharTokenizer:
 
 
 def tiny_backbone(seed: int = 0, layers: int = 4) -> Backbone:
-    cfg = ModelConfig(
-        family="llama",
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_layers=layers,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=8,
-        max_position_embeddings=512,
+    cfg = tiny_model_config(
+        "llama", vocab_size=VOCAB, num_layers=layers, max_position_embeddings=512
     )
     return Backbone(init_params(cfg, jax.random.PRNGKey(seed)), cfg, CharTokenizer())
 
