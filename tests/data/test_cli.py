@@ -42,7 +42,8 @@ def test_show_reports_malformed_lines(tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "x"}\n')
     assert cli.main(["show", str(bad)]) == 1
-    assert f"{bad}:1:" in capsys.readouterr().err
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == f"malformed: {bad}:1: record 'x' field 'source': missing"
 
 
 def test_paper_without_network_or_files_fails_cleanly(tmp_path, capsys, monkeypatch):
