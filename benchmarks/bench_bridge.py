@@ -24,7 +24,9 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from benchmarks import common
 
@@ -52,6 +54,28 @@ def generation_gflop(cfg, rows: int, prompt_len: int, steps: int, rank: int) -> 
     per_layer = sum(a * b + rank * (a + b) for a, b in dims)
     positions = rows * (prompt_len + steps - 1)
     return 2e-9 * (cfg.num_layers * per_layer * positions + v * h * rows * steps)
+
+
+# ----------------------------------------------------------------------------- figures (run_all)
+
+
+def figures(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    f = rec["figures"]
+    inp, http = f["in_process"], f["http"]
+    return [
+        common.figure(
+            "bridge_http_vs_in_process_tokens_per_s",
+            "tokens/s",
+            http["tokens_per_s"],
+            inp["tokens_per_s"],
+            higher_is_better=True,
+            spread_jax=common.rate_range(http["completion_tokens"], http),
+            spread_pytorch=common.rate_range(inp["completion_tokens"], inp),
+            note="the same batch through the HTTP engine + local server vs the in-process "
+            "engine (ratio < 1 is the protocol's cost)",
+            baseline="in-process engine (JAX)",
+        )
+    ]
 
 
 def main(argv: list[str] | None = None) -> dict:

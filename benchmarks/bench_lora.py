@@ -20,6 +20,8 @@ import argparse
 import os
 import tempfile
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -78,6 +80,59 @@ def stacked_vs_passes(params, cfg, lora, ids, agents, *, compute_dtype=None) -> 
             jax.block_until_ready(grad_fn(params, lora.params, ids[rows], agents[rows]))
 
     return {"jax-stacked": stacked, "jax-4-passes": passes}
+
+
+# ----------------------------------------------------------------------------- figures (run_all)
+
+
+def figures(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    f = rec["figures"]
+    stacked, passes = f["jax-stacked"], f["jax-4-passes"]
+    out = [
+        common.figure(
+            "lora_stacked_vs_4_passes_s",
+            "s",
+            stacked["median_s"],
+            passes["median_s"],
+            higher_is_better=False,
+            spread_jax=[stacked["min_s"], stacked["max_s"]],
+            spread_pytorch=[passes["min_s"], passes["max_s"]],
+            note="fwd+bwd of a mixed 4-agent batch vs four single-agent passes (both JAX)",
+            baseline="JAX, four single-agent passes",
+        ),
+        common.figure(
+            "adapter_export_ms",
+            "ms",
+            1e3 * f["export_smollm2_r16"]["seconds"],
+            None,
+            higher_is_better=False,
+            note="export_peft of one r=16 SmolLM2 adapter",
+        ),
+    ]
+    for tok, v in f.get("sweep_tokens_per_agent", {}).items():
+        out.append(
+            common.figure(
+                f"lora_stacked_vs_4_passes_{tok}_tokens_per_agent_s",
+                "s",
+                v["stacked_s"],
+                v["four_passes_s"],
+                higher_is_better=False,
+                note=f"one row of {tok} tokens per agent (the memory-bound end)",
+                baseline="JAX, four single-agent passes",
+            )
+        )
+    if "peft-4-passes" in f:
+        out.append(
+            common.figure(
+                "lora_stacked_vs_peft_4_passes_s",
+                "s",
+                stacked["median_s"],
+                f["peft-4-passes"]["median_s"],
+                higher_is_better=False,
+                note="PEFT: set_adapter + fwd/bwd per agent",
+            )
+        )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

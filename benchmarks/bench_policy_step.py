@@ -65,6 +65,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -322,6 +323,48 @@ def torch_runner(
 
 
 # ----------------------------------------------------------------------------- main
+
+
+# ----------------------------------------------------------------------------- figures (run_all)
+
+
+# PyTorch contender -> (figure-name suffix, how the baseline runs)
+_TORCH_FIGURES = {
+    (False, False): ("", ""),
+    (True, False): ("_bf16", " under bf16 autocast"),
+    (False, True): ("_gc", " with gradient checkpointing"),
+    (True, True): ("_bf16_gc", " under bf16 autocast with gradient checkpointing"),
+}
+
+
+def figures(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Like for like only, one figure per PyTorch contender in the record: the fastest JAX
+    variant doing its work (``bench_policy_step.torch_key``: bf16 matmuls against bf16
+    autocast, ``-remat`` against gradient checkpointing) against it."""
+    figs = rec["figures"]
+    n = rec["config"]["completion_tokens_per_step"]
+    out = []
+    for key, (suffix, how) in _TORCH_FIGURES.items():
+        torch_f = figs.get(TORCH_NAMES[key])
+        mine = {k: v for k, v in figs.items() if k.startswith("jax") and torch_key(k) == key}
+        best = common.best_jax(mine, lambda f: f["completion_tokens_per_s"])
+        if best is None:
+            continue
+        jf = mine[best]
+        out.append(
+            common.figure(
+                f"policy_step_tokens_per_s{suffix}",
+                "completion tokens/s",
+                jf["completion_tokens_per_s"],
+                torch_f["completion_tokens_per_s"] if torch_f else None,
+                higher_is_better=True,
+                spread_jax=common.rate_range(n, jf),
+                spread_pytorch=common.rate_range(n, torch_f),
+                jax_variant=best,
+                baseline="transformers + PEFT + TRL GRPOTrainer._compute_loss" + how,
+            )
+        )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

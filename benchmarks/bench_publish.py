@@ -20,9 +20,29 @@ import argparse
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from benchmarks import common
+
+# ----------------------------------------------------------------------------- figures (run_all)
+
+
+def figures(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    p = rec["figures"]["publish"]
+    return [
+        common.figure(
+            "adapter_publish_ms",
+            "ms",
+            1e3 * p["median_s"],
+            None,
+            higher_is_better=False,
+            spread_jax=common.time_range(p, 1e3),
+            note="HTTPEngine.publish (PEFT export + load + unload of the previous version) "
+            f"against the local server; {rec['config']['model']}, rank {rec['config']['rank']}",
+        )
+    ]
 
 
 def main(argv: list[str] | None = None) -> dict:

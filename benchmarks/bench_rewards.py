@@ -23,6 +23,8 @@ import importlib.util
 import json
 import os
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from benchmarks import common
 from coevo_jax.rewards import RewardConfig, RewardPool
@@ -102,6 +104,33 @@ def _math_verify_rate(recs, comps) -> float | None:
         except Exception:
             pass
     return len(recs) / (time.perf_counter() - t)
+
+
+# ----------------------------------------------------------------------------- figures (run_all)
+
+
+def figures(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    by_set: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rec["rows"]:
+        by_set.setdefault(row["set"], []).append(row)
+    out = []
+    for name, rows in by_set.items():
+        best = max(rows, key=lambda r: r["items_per_s"])
+        ref = best.get("math_verify_items_per_s")
+        ref = ref if isinstance(ref, int | float) else None
+        out.append(
+            common.figure(
+                f"verifier_{name}_items_per_s",
+                "items/s",
+                best["items_per_s"],
+                ref,
+                higher_is_better=True,
+                note=f"best of {len(rows)} worker counts ({best['workers']} workers), "
+                f"{best['items']} items, one timed pass",
+                baseline="math-verify, serial" if ref is not None else None,
+            )
+        )
+    return out
 
 
 def main(argv=None):

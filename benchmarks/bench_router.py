@@ -23,10 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks import common
 
 GEN_TOKENS = 256
 BUCKET = 16  # prompt-length rounding for the router batches (keeps padding small)
@@ -203,6 +206,63 @@ def bench_torch(hf, cfg, queries, batches, repeats, gen_repeats, state, jax_mode
 
 
 # ----------------------------------------------------------------------------- main
+
+
+# ----------------------------------------------------------------------------- figures (run_all)
+
+
+def figures(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    jr, tr, summ = rec.get("jax") or {}, rec.get("torch") or {}, rec.get("summary") or {}
+    out = []
+    for b in rec.get("config", {}).get("batches", []):
+        key = f"b{b}"
+        if key not in jr:
+            continue
+        s = summ.get(key, {})
+        jt = jr[key]["router"]
+        tt = (tr.get(key) or {}).get("router")
+        out.append(
+            common.figure(
+                f"router_latency_ms_per_query_b{b}",
+                "ms/query",
+                1e3 * jt["median_s"] / b,
+                1e3 * tt["median_s"] / b if tt else None,
+                higher_is_better=False,
+                spread_jax=common.time_range(jt, 1e3 / b),
+                spread_pytorch=common.time_range(tt, 1e3 / b),
+                baseline="transformers, layer list cut at floor(3L/4)",
+            )
+        )
+        jg = jr.get("generate_b1")
+        tg = tr.get("generate_b1")
+        if jg:
+            out.append(
+                common.figure(
+                    f"router_over_generation_b{b}",
+                    "fraction",
+                    s.get("router_over_generation", jt["median_s"] / b / jg["median_s"]),
+                    tt["median_s"] / b / tg["median_s"] if tt and tg else None,
+                    higher_is_better=False,
+                    note=f"router per query / one agent's {rec['config'].get('gen_tokens', 256)}"
+                    "-token generation (each side against its own generation)",
+                )
+            )
+    jg, tg = jr.get("generate_b1"), tr.get("generate_b1")
+    if jg:
+        out.append(
+            common.figure(
+                "agent_generation_ms",
+                "ms",
+                1e3 * jg["median_s"],
+                1e3 * tg["median_s"] if tg else None,
+                higher_is_better=False,
+                spread_jax=common.time_range(jg, 1e3),
+                spread_pytorch=common.time_range(tg, 1e3),
+                note=f"one agent, batch 1, {rec['config'].get('gen_tokens', 256)} new tokens",
+                baseline="transformers generate",
+            )
+        )
+    return out
 
 
 def main(argv=None) -> dict[str, Any]:

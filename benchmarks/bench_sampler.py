@@ -17,7 +17,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+from collections.abc import Mapping
 from typing import Any
+
+from benchmarks import common
 
 PROMPTS = [
     "What is the capital of France?",
@@ -88,6 +91,45 @@ def _torch_runner(model, prompts, pad_id):
             )
 
     return run
+
+
+# ----------------------------------------------------------------------------- figures (run_all)
+
+
+def figures(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    figs, cfg = rec["figures"], rec["config"]
+    n_prompt, rows, new = cfg["prompt_tokens"], cfg["prompts"], cfg["new_tokens"]
+    torch_f = figs.get("torch_fp32")
+    out = []
+    for kind, key in (("prefill", "prefill_tok_s"), ("decode", "decode_tok_s")):
+        best = common.best_jax(figs, lambda f, key=key: f[key])
+        jf = figs[best] if best else None
+
+        def spread(f, kind=kind):
+            if f is None:
+                return None
+            if kind == "prefill":
+                return common.rate_range(n_prompt, f["prefill"])
+            # decode = full call - prefill call; the range holds the prefill at its median
+            pre = f["prefill"]["median_s"]
+            lo_t, hi_t = f["full"]["min_s"] - pre, f["full"]["max_s"] - pre
+            work = rows * (new - 1)
+            return [work / hi_t, work / lo_t] if lo_t > 0 else None
+
+        out.append(
+            common.figure(
+                f"sampler_{kind}_tokens_per_s",
+                "tokens/s",
+                jf[key] if jf else None,
+                torch_f[key] if torch_f else None,
+                higher_is_better=True,
+                spread_jax=spread(jf),
+                spread_pytorch=spread(torch_f),
+                jax_variant=best,
+                baseline="transformers generate",
+            )
+        )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -171,6 +171,11 @@ def plot(result: dict[str, Any], path) -> None:
     plt.close(fig)
 
 
+def figures(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """No JAX-vs-PyTorch rows: the sweep is summarised by ``run_all.scaling_summary``."""
+    return []
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tiny model, batch 1/8, length 128/256")

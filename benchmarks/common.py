@@ -207,3 +207,57 @@ def served_model(quick: bool, work: Path) -> tuple[Any, Any, Any, str, dict[str,
         return params, cfg, None, desc, {"random_config": str(cfg_path)}
     model, tok = load(default_model_path(), dtype=jnp.float32, progress=False)
     return model.params, model.config, tok, "SmolLM2-135M-Instruct Q4_1 GGUF (fp32)", {}
+
+
+# ----------------------------------------------------------------------------- figure rows
+
+
+def figure(
+    name: str,
+    unit: str,
+    jax: float | None,
+    pytorch: float | None,
+    *,
+    higher_is_better: bool,
+    spread_jax: list | None = None,
+    spread_pytorch: list | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """One row of ``figures``; ``ratio`` > 1 means JAX is better whatever the unit."""
+    ratio = None
+    if jax is not None and pytorch is not None and jax > 0 and pytorch > 0:
+        ratio = jax / pytorch if higher_is_better else pytorch / jax
+    spread = None
+    if spread_jax is not None or spread_pytorch is not None:
+        spread = {"jax": spread_jax, "pytorch": spread_pytorch}
+    out = {
+        "name": name,
+        "unit": unit,
+        "jax": jax,
+        "pytorch": pytorch,
+        "ratio": ratio,
+        "spread": spread,
+        "higher_is_better": higher_is_better,
+    }
+    out.update({k: v for k, v in extra.items() if v is not None})
+    return out
+
+
+def rate_range(work: float, s: Mapping[str, Any] | None) -> list[float] | None:
+    """``[lo, hi]`` of ``work / time`` over a ``common.summary`` (slowest run gives lo)."""
+    if not s or not s.get("min_s") or not s.get("max_s"):
+        return None
+    return [work / s["max_s"], work / s["min_s"]]
+
+
+def time_range(s: Mapping[str, Any] | None, scale: float = 1.0) -> list[float] | None:
+    """``[lo, hi]`` of a ``summary``'s times times ``scale`` (e.g. ``1e3`` for ms)."""
+    if not s or s.get("min_s") is None or s.get("max_s") is None:
+        return None
+    return [scale * s["min_s"], scale * s["max_s"]]
+
+
+def best_jax(figs: Mapping[str, Any], key: Callable[[Mapping[str, Any]], float]) -> str | None:
+    """The JAX contender (name starting ``jax``) with the largest ``key``, or None."""
+    names = [n for n in figs if n.startswith("jax")]
+    return max(names, key=lambda n: key(figs[n])) if names else None

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib
 import json
 import os
 import re
@@ -43,12 +44,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from benchmarks import common
-from benchmarks.bench_policy_step import TORCH_NAMES, torch_key
 
 SCHEMA = common.ROOT / "results_schema.json"
 
@@ -169,303 +169,10 @@ def newest_result(raw_dir: Path, prefix: str) -> dict[str, Any] | None:
 # ----------------------------------------------------------------------------- figures
 
 
-def figure(
-    name: str,
-    unit: str,
-    jax: float | None,
-    pytorch: float | None,
-    *,
-    higher_is_better: bool,
-    spread_jax: list | None = None,
-    spread_pytorch: list | None = None,
-    **extra: Any,
-) -> dict[str, Any]:
-    """One row of ``figures``; ``ratio`` > 1 means JAX is better whatever the unit."""
-    ratio = None
-    if jax is not None and pytorch is not None and jax > 0 and pytorch > 0:
-        ratio = jax / pytorch if higher_is_better else pytorch / jax
-    spread = None
-    if spread_jax is not None or spread_pytorch is not None:
-        spread = {"jax": spread_jax, "pytorch": spread_pytorch}
-    out = {
-        "name": name,
-        "unit": unit,
-        "jax": jax,
-        "pytorch": pytorch,
-        "ratio": ratio,
-        "spread": spread,
-        "higher_is_better": higher_is_better,
-    }
-    out.update({k: v for k, v in extra.items() if v is not None})
-    return out
-
-
-def _rate_range(work: float, s: Mapping[str, Any] | None) -> list[float] | None:
-    """``[lo, hi]`` of ``work / time`` over a ``common.summary`` (slowest run gives lo)."""
-    if not s or not s.get("min_s") or not s.get("max_s"):
-        return None
-    return [work / s["max_s"], work / s["min_s"]]
-
-
-def _time_range(s: Mapping[str, Any] | None, scale: float = 1.0) -> list[float] | None:
-    if not s or s.get("min_s") is None or s.get("max_s") is None:
-        return None
-    return [scale * s["min_s"], scale * s["max_s"]]
-
-
-def _best_jax(figs: Mapping[str, Any], key: Callable[[Mapping[str, Any]], float]) -> str | None:
-    names = [n for n in figs if n.startswith("jax")]
-    return max(names, key=lambda n: key(figs[n])) if names else None
-
-
-# PyTorch contender -> (figure-name suffix, how the baseline runs)
-_TORCH_FIGURES = {
-    (False, False): ("", ""),
-    (True, False): ("_bf16", " under bf16 autocast"),
-    (False, True): ("_gc", " with gradient checkpointing"),
-    (True, True): ("_bf16_gc", " under bf16 autocast with gradient checkpointing"),
-}
-
-
-def policy_step_figures(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Like for like only, one figure per PyTorch contender in the record: the fastest JAX
-    variant doing its work (``bench_policy_step.torch_key``: bf16 matmuls against bf16
-    autocast, ``-remat`` against gradient checkpointing) against it."""
-    figs = rec["figures"]
-    n = rec["config"]["completion_tokens_per_step"]
-    out = []
-    for key, (suffix, how) in _TORCH_FIGURES.items():
-        torch_f = figs.get(TORCH_NAMES[key])
-        mine = {k: v for k, v in figs.items() if k.startswith("jax") and torch_key(k) == key}
-        best = _best_jax(mine, lambda f: f["completion_tokens_per_s"])
-        if best is None:
-            continue
-        jf = mine[best]
-        out.append(
-            figure(
-                f"policy_step_tokens_per_s{suffix}",
-                "completion tokens/s",
-                jf["completion_tokens_per_s"],
-                torch_f["completion_tokens_per_s"] if torch_f else None,
-                higher_is_better=True,
-                spread_jax=_rate_range(n, jf),
-                spread_pytorch=_rate_range(n, torch_f),
-                jax_variant=best,
-                baseline="transformers + PEFT + TRL GRPOTrainer._compute_loss" + how,
-            )
-        )
-    return out
-
-
-def sampler_figures(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
-    figs, cfg = rec["figures"], rec["config"]
-    n_prompt, rows, new = cfg["prompt_tokens"], cfg["prompts"], cfg["new_tokens"]
-    torch_f = figs.get("torch_fp32")
-    out = []
-    for kind, key in (("prefill", "prefill_tok_s"), ("decode", "decode_tok_s")):
-        best = _best_jax(figs, lambda f, key=key: f[key])
-        jf = figs[best] if best else None
-
-        def spread(f, kind=kind):
-            if f is None:
-                return None
-            if kind == "prefill":
-                return _rate_range(n_prompt, f["prefill"])
-            # decode = full call - prefill call; the range holds the prefill at its median
-            pre = f["prefill"]["median_s"]
-            lo_t, hi_t = f["full"]["min_s"] - pre, f["full"]["max_s"] - pre
-            work = rows * (new - 1)
-            return [work / hi_t, work / lo_t] if lo_t > 0 else None
-
-        out.append(
-            figure(
-                f"sampler_{kind}_tokens_per_s",
-                "tokens/s",
-                jf[key] if jf else None,
-                torch_f[key] if torch_f else None,
-                higher_is_better=True,
-                spread_jax=spread(jf),
-                spread_pytorch=spread(torch_f),
-                jax_variant=best,
-                baseline="transformers generate",
-            )
-        )
-    return out
-
-
-def router_figures(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
-    jr, tr, summ = rec.get("jax") or {}, rec.get("torch") or {}, rec.get("summary") or {}
-    out = []
-    for b in rec.get("config", {}).get("batches", []):
-        key = f"b{b}"
-        if key not in jr:
-            continue
-        s = summ.get(key, {})
-        jt = jr[key]["router"]
-        tt = (tr.get(key) or {}).get("router")
-        out.append(
-            figure(
-                f"router_latency_ms_per_query_b{b}",
-                "ms/query",
-                1e3 * jt["median_s"] / b,
-                1e3 * tt["median_s"] / b if tt else None,
-                higher_is_better=False,
-                spread_jax=_time_range(jt, 1e3 / b),
-                spread_pytorch=_time_range(tt, 1e3 / b),
-                baseline="transformers, layer list cut at floor(3L/4)",
-            )
-        )
-        jg = jr.get("generate_b1")
-        tg = tr.get("generate_b1")
-        if jg:
-            out.append(
-                figure(
-                    f"router_over_generation_b{b}",
-                    "fraction",
-                    s.get("router_over_generation", jt["median_s"] / b / jg["median_s"]),
-                    tt["median_s"] / b / tg["median_s"] if tt and tg else None,
-                    higher_is_better=False,
-                    note=f"router per query / one agent's {rec['config'].get('gen_tokens', 256)}"
-                    "-token generation (each side against its own generation)",
-                )
-            )
-    jg, tg = jr.get("generate_b1"), tr.get("generate_b1")
-    if jg:
-        out.append(
-            figure(
-                "agent_generation_ms",
-                "ms",
-                1e3 * jg["median_s"],
-                1e3 * tg["median_s"] if tg else None,
-                higher_is_better=False,
-                spread_jax=_time_range(jg, 1e3),
-                spread_pytorch=_time_range(tg, 1e3),
-                note=f"one agent, batch 1, {rec['config'].get('gen_tokens', 256)} new tokens",
-                baseline="transformers generate",
-            )
-        )
-    return out
-
-
-def publish_figures(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
-    p = rec["figures"]["publish"]
-    return [
-        figure(
-            "adapter_publish_ms",
-            "ms",
-            1e3 * p["median_s"],
-            None,
-            higher_is_better=False,
-            spread_jax=_time_range(p, 1e3),
-            note="HTTPEngine.publish (PEFT export + load + unload of the previous version) "
-            f"against the local server; {rec['config']['model']}, rank {rec['config']['rank']}",
-        )
-    ]
-
-
-def bridge_figures(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
-    f = rec["figures"]
-    inp, http = f["in_process"], f["http"]
-    return [
-        figure(
-            "bridge_http_vs_in_process_tokens_per_s",
-            "tokens/s",
-            http["tokens_per_s"],
-            inp["tokens_per_s"],
-            higher_is_better=True,
-            spread_jax=_rate_range(http["completion_tokens"], http),
-            spread_pytorch=_rate_range(inp["completion_tokens"], inp),
-            note="the same batch through the HTTP engine + local server vs the in-process "
-            "engine (ratio < 1 is the protocol's cost)",
-            baseline="in-process engine (JAX)",
-        )
-    ]
-
-
-def rewards_figures(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
-    by_set: dict[str, list[Mapping[str, Any]]] = {}
-    for row in rec["rows"]:
-        by_set.setdefault(row["set"], []).append(row)
-    out = []
-    for name, rows in by_set.items():
-        best = max(rows, key=lambda r: r["items_per_s"])
-        ref = best.get("math_verify_items_per_s")
-        ref = ref if isinstance(ref, int | float) else None
-        out.append(
-            figure(
-                f"verifier_{name}_items_per_s",
-                "items/s",
-                best["items_per_s"],
-                ref,
-                higher_is_better=True,
-                note=f"best of {len(rows)} worker counts ({best['workers']} workers), "
-                f"{best['items']} items, one timed pass",
-                baseline="math-verify, serial" if ref is not None else None,
-            )
-        )
-    return out
-
-
-def lora_figures(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
-    f = rec["figures"]
-    stacked, passes = f["jax-stacked"], f["jax-4-passes"]
-    out = [
-        figure(
-            "lora_stacked_vs_4_passes_s",
-            "s",
-            stacked["median_s"],
-            passes["median_s"],
-            higher_is_better=False,
-            spread_jax=[stacked["min_s"], stacked["max_s"]],
-            spread_pytorch=[passes["min_s"], passes["max_s"]],
-            note="fwd+bwd of a mixed 4-agent batch vs four single-agent passes (both JAX)",
-            baseline="JAX, four single-agent passes",
-        ),
-        figure(
-            "adapter_export_ms",
-            "ms",
-            1e3 * f["export_smollm2_r16"]["seconds"],
-            None,
-            higher_is_better=False,
-            note="export_peft of one r=16 SmolLM2 adapter",
-        ),
-    ]
-    for tok, v in f.get("sweep_tokens_per_agent", {}).items():
-        out.append(
-            figure(
-                f"lora_stacked_vs_4_passes_{tok}_tokens_per_agent_s",
-                "s",
-                v["stacked_s"],
-                v["four_passes_s"],
-                higher_is_better=False,
-                note=f"one row of {tok} tokens per agent (the memory-bound end)",
-                baseline="JAX, four single-agent passes",
-            )
-        )
-    if "peft-4-passes" in f:
-        out.append(
-            figure(
-                "lora_stacked_vs_peft_4_passes_s",
-                "s",
-                stacked["median_s"],
-                f["peft-4-passes"]["median_s"],
-                higher_is_better=False,
-                note="PEFT: set_adapter + fwd/bwd per agent",
-            )
-        )
-    return out
-
-
-EXTRACT: dict[str, Callable[[Mapping[str, Any]], list[dict[str, Any]]]] = {
-    "lora": lora_figures,
-    "policy_step": policy_step_figures,
-    "sampler": sampler_figures,
-    "router": router_figures,
-    "publish": publish_figures,
-    "bridge": bridge_figures,
-    "rewards": rewards_figures,
-    "scaling": lambda rec: [],
-}
+def extract(name: str, rec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Benchmark ``name``'s figure rows from its record: each ``bench_*`` module's own
+    ``figures(rec)`` knows its layout (helpers in ``benchmarks.common``)."""
+    return importlib.import_module(BENCHMARKS[name][0]).figures(rec)
 
 
 def scaling_summary(rec: Mapping[str, Any]) -> dict[str, Any]:
@@ -589,7 +296,7 @@ def assemble(
             entry["raw"] = rec.get("_path")
             config[name] = rec.get("config")
             try:
-                figures += EXTRACT[name](rec)
+                figures += extract(name, rec)
                 if name == "scaling":
                     scaling = scaling_summary(rec)
                     png = Path(rec["_path"]).with_suffix(".png")
@@ -600,7 +307,7 @@ def assemble(
         benchmarks[name] = entry
     for name, run in runs.items():
         figures.append(
-            figure(
+            common.figure(
                 f"peak_rss_mib_{name}",
                 "MiB",
                 run["peak_rss_mib"],

@@ -187,7 +187,7 @@ def test_figures_ratios_and_spreads_from_records():
         **_summary([3.0, 3.0, 3.0]),
         "completion_tokens_per_s": 30.0,
     }
-    got = {x["name"]: x for x in run_all.policy_step_figures(rec)}
+    got = {x["name"]: x for x in run_all.extract("policy_step", rec)}
     assert got["policy_step_tokens_per_s_bf16"]["jax_variant"] == "jax-mixed"
     gc = got["policy_step_tokens_per_s_bf16_gc"]
     assert (gc["jax"], gc["pytorch"], gc["jax_variant"]) == (90.0, 30.0, "jax-mixed-remat")
