@@ -19,11 +19,15 @@ def test_twenty_tasks_on_smollm2_in_process(tmp_path):
     from coevo_jax.orchestrators.evochamber.cli import make_llm
     from coevo_jax.orchestrators.evochamber.config import EvoChamberConfig
     from coevo_jax.orchestrators.evochamber.embed import make_embedder
-    from coevo_jax.orchestrators.evochamber.loop import Runtime, load_events, run_stream
+    from coevo_jax.orchestrators.evochamber.loop import (
+        Runtime,
+        default_reward_fn,
+        load_events,
+        run_stream,
+    )
     from coevo_jax.orchestrators.evochamber.report import write_report
     from coevo_jax.orchestrators.evochamber.state import replay
     from coevo_jax.orchestrators.evochamber.streams import build_stream
-    from coevo_jax.rewards import score
 
     records = build_stream("aflow", None, limit=20)
     cfg = EvoChamberConfig(
@@ -36,7 +40,7 @@ def test_twenty_tasks_on_smollm2_in_process(tmp_path):
     )
     rt = Runtime(
         make_llm("inprocess", None, None, cfg.seed),
-        score,
+        default_reward_fn(),  # the seed's metrics: exact match, pass@1 on all tests
         make_embedder("auto", cfg.embed_dim),
         cfg,
     )
@@ -51,3 +55,28 @@ def test_twenty_tasks_on_smollm2_in_process(tmp_path):
     assert (tmp_path / "anchor_counts.png").stat().st_size > 0
     assert json.loads((tmp_path / "report.json").read_text())["llm_calls"] > 20 * 5
     assert replay(load_events(tmp_path / "events.jsonl"), cfg) == res.state
+    assert s["metric_per_niche"] == {
+        "gsm8k": "exact_match",
+        "math": "exact_match",
+        "mbpp": "pass@1",
+        "humaneval": "pass@1",
+    }
+    # every prompt was checked against SmolLM2's context (8192 tokens minus max_tokens) and
+    # sent whole; the LeadLearn prompt showed up to bank_top_k retrieved bank entries
+    calls = [
+        c
+        for line in (tmp_path / "transcript.jsonl").read_text().splitlines()
+        for c in json.loads(line)["calls"]
+    ]
+    assert calls and all(c["prompt_tokens"] <= c["prompt_budget"] for c in calls)
+    lead = [c for c in calls if c["tag"] == "leadlearn"]
+    shown = [e["leadlearn_entries"] for e in res.events if e["type"] == "task"]
+    assert shown[0] == 0 and all(0 <= n <= cfg.bank_top_k for n in shown) and max(shown) > 0
+    print(
+        f"prompts within budget: max {max(c['prompt_tokens'] for c in calls)} tokens "
+        f"(budget {min(c['prompt_budget'] for c in calls)}); LeadLearn prompt max "
+        f"{max(c['prompt_tokens'] for c in lead)} tokens, bank entries shown per task: {shown}; "
+        f"accuracy {s['accuracy']:.3f} (solved {s['solved_rate']:.3f}), partial credit "
+        f"{s['partial_credit']:.3f}; CoDream sessions {s['codream_sessions']}, skipped "
+        f"{s['codream_skipped_no_success']}"
+    )
