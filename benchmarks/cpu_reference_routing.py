@@ -1,0 +1,98 @@
+"""Routing on a run's whole held-out split, at the start and at the end of training.
+
+Opens the run read-only, routes every ``eval_id`` record with the router as initialised
+(the run's seed: the state before round 1) and as restored from the last checkpoint, at the
+run's evaluation tau with no exploration, and reports for each: mean active agents per
+query, routing NMI between domain and top-1 agent, familiarity and top-1 counts by domain
+(``coevo_jax.train.probe.summarize``). Features only: nothing is generated.
+
+    python -m benchmarks.cpu_reference_routing --run runs/cpu_reference --out routing.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+def route_all(trainer, records, chunk: int = 32) -> np.ndarray:
+    """``[Q, N]`` inference familiarity of ``records`` under ``trainer``'s router."""
+    import jax.numpy as jnp
+
+    from coevo_jax.data.templates import render_chat
+    from coevo_jax.router import features, pad_queries, route
+
+    cfg, bb = trainer.cfg, trainer.router_backbone
+    out = []
+    for s in range(0, len(records), chunk):
+        ids, mask = pad_queries(
+            [
+                render_chat(r, bb.tokenizer, cfg.data.max_input_tokens)
+                for r in records[s : s + chunk]
+            ],
+            max_len=cfg.router.max_prompt_tokens,
+            pad_id=bb.tokenizer.pad_token_id,
+        )
+        h = features(
+            bb.params, bb.cfg, jnp.asarray(ids), jnp.asarray(mask),
+            layers=cfg.router.feature_layers, max_len=cfg.router.max_prompt_tokens,
+        )  # fmt: skip
+        out.append(np.asarray(route(trainer.router, h, train=False).f))
+    return np.concatenate(out)
+
+
+def stats(trainer, records) -> dict:
+    from coevo_jax.train import probe
+
+    cfg = trainer.cfg
+    f = route_all(trainer, records)
+    active = probe.eval_activation(
+        f, tau=cfg.eval_tau, routing=cfg.router.routing, top_k=cfg.router.top_k
+    )
+    domains = [probe.domain_of(r) for r in records]
+    out = probe.summarize(domains, f, active, np.zeros(len(records)), np.zeros(len(records)))
+    for k in ("macro_reward", "reward_by_domain", "tokens_per_query"):
+        out.pop(k)  # nothing generated here
+    out["eval_tau"] = cfg.eval_tau
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--run", required=True)
+    p.add_argument("--split", default="eval_id")
+    p.add_argument("--out", default=None)
+    a = p.parse_args(argv)
+
+    from coevo_jax import data
+    from coevo_jax._config import from_dict
+    from coevo_jax.train.config import TrainConfig
+    from coevo_jax.train.loop import Trainer
+
+    run = Path(a.run)
+    cfg = from_dict(TrainConfig, json.loads((run / "config.json").read_text()))
+    records = data.read_records(run / "data" / f"{a.split}.jsonl")
+    tr = Trainer(cfg, run, records=records, progress=False, read_only=True)
+    try:
+        result = {"run": str(run), "split": a.split, "start": stats(tr, records)}
+        if not tr.restore():
+            raise SystemExit(f"{run}: no checkpoint")
+        result["end"] = stats(tr, records)
+        result["end"]["checkpoint_round"] = tr.round
+    finally:
+        tr.close()
+    for k in ("start", "end"):
+        r = result[k]
+        print(
+            f"{k}: mean active {r['mean_active']:.2f}, NMI {r['nmi']:.3f}, top-1 {r['top1_by_domain']}"
+        )
+    if a.out:
+        Path(a.out).write_text(json.dumps(result, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main()
