@@ -1,4 +1,4 @@
-"""The rollout engine interface that the training loop and the orchestrators see (DESIGN §6).
+"""The rollout engine interface that the training loop and the orchestrators see (docs/design.md §6).
 
 An engine serves N agents' current LoRA adapters over one or more base models and turns
 token-id prompts into trajectories with behaviour log-probs. Implementations:

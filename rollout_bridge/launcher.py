@@ -39,7 +39,7 @@ def vllm_command(
     served_model_name: str | None = None,
     extra: Sequence[str] = (),
 ) -> tuple[list[str], dict[str, str]]:
-    """``(argv, env)`` for ``vllm serve`` with runtime LoRA updating (DESIGN §6)."""
+    """``(argv, env)`` for ``vllm serve`` with runtime LoRA updating (docs/design.md §6)."""
     argv = [
         "vllm", "serve", model,
         "--enable-lora",

@@ -1,6 +1,6 @@
 """Data: the unified record schema, source converters, offline builders, mixtures, prompts.
 
-DESIGN.md §9. Entry points:
+docs/design.md §9. Entry points:
 
 - :class:`Record`, :func:`read_records`, :func:`write_records` (JSONL with validation);
 - :func:`load_source` (HF hub or local files, any of the paper's 15 sources) and

@@ -147,7 +147,7 @@ def _paper() -> MixtureSpec:
         offline=False,
         heldout_fraction=0.1,
         takes=tuple(takes),
-        description="CERA-MoA's 32,000-record training mixture (seed 000, DESIGN.md §9), the "
+        description="CERA-MoA's 32,000-record training mixture (the CERA-MoA paper, docs/design.md §9), the "
         "nine sources' held-out splits (ID) and the six OOD benchmarks. Needs the HF hub or "
         "local copies of each source.",
     )

@@ -1,4 +1,4 @@
-"""The unified record every data source is converted to (DESIGN.md §9).
+"""The unified record every data source is converted to (docs/design.md §9).
 
 A record is one training or evaluation query plus the metadata its verifier needs:
 

@@ -1,4 +1,4 @@
-"""Zero-shot, role-free prompt templates (seed 000, "Figure 4"; DESIGN.md §9).
+"""Zero-shot, role-free prompt templates (the CERA-MoA paper, "Figure 4"; docs/design.md §9).
 
 A prompt is the raw problem plus one output-format line for its class; no system prompt,
 no persona, no few-shot examples:

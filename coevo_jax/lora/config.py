@@ -1,4 +1,4 @@
-"""LoRA hyperparameters (DESIGN §3; paper: r=16, alpha=32, dropout 0.05 on all 7 projections)."""
+"""LoRA hyperparameters (docs/design.md §3; paper: r=16, alpha=32, dropout 0.05 on all 7 projections)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@
 The context length comes from the model config (``max_position_embeddings``, GGUF
 ``context_length``) and becomes ``EngineTextLLM.context_length``, so every prompt is checked
 against it. ``rollout_bridge`` is imported lazily: ``coevo_jax`` does not depend on it at
-import time (DESIGN §1).
+import time (docs/design.md §1).
 """
 
 from __future__ import annotations

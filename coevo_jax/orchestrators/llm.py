@@ -3,7 +3,7 @@
 EvoChamber and FlyRoute only need "agent X, answer this prompt". They take any object that
 satisfies :class:`TextLLM`; ``rollout_bridge.text.EngineTextLLM`` implements it over a rollout
 engine plus a tokenizer (chat template applied there), and tests use scripted stand-ins. This
-keeps ``coevo_jax`` free of ``rollout_bridge`` imports (DESIGN §1).
+keeps ``coevo_jax`` free of ``rollout_bridge`` imports (docs/design.md §1).
 
 A TextLLM may also offer ``count_tokens(prompt) -> int`` and ``prompt_budget(max_tokens) ->
 int | None`` (``EngineTextLLM`` does, from the model's context length). Callers that build

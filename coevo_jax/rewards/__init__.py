@@ -1,4 +1,4 @@
-"""Reward verifiers (DESIGN.md §5): math, code, instruction following, general reasoning.
+"""Reward verifiers (docs/design.md §5): math, code, instruction following, general reasoning.
 
 ``score(record, completion)`` dispatches on the record's class; ``score_batch`` scores many
 items in a pool of killable worker processes. Each class also has its own module with a

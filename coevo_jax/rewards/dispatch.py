@@ -33,7 +33,7 @@ class RewardConfig:
 
     Attributes:
       math_timeout_s: wall clock of the SymPy stage of one math item.
-      code_timeout_s: wall clock of one program (compile + all tests), DESIGN.md §5: 10 s.
+      code_timeout_s: wall clock of one program (compile + all tests), docs/design.md §5: 10 s.
       code_strict: code reward 1 only if all tests pass (else the pass fraction).
       if_strict: IFEval reward 1 only if all instructions hold (else the fraction).
       if_loose: use IFEval's loose variant (also tries the response without its first/last

@@ -1,6 +1,6 @@
 """Math reward: the last ``\\boxed{}`` of a completion against the gold answer, 1 or 0.
 
-Pipeline (DESIGN.md §5):
+Pipeline (docs/design.md §5):
 
 1. :func:`last_boxed` takes the last *complete* balanced-brace ``\\boxed{...}`` (or
    ``\\fbox{...}``); escaped braces ``\\{ \\}`` do not count towards the balance. None: 0.

@@ -1,6 +1,6 @@
 """General-reasoning reward (BBH-style): the math extractor, then a light normalisation.
 
-DESIGN.md §5: take the last ``\\boxed{}`` (no box scores 0), unwrap ``\\text{}``-like
+docs/design.md §5: take the last ``\\boxed{}`` (no box scores 0), unwrap ``\\text{}``-like
 commands and math delimiters, strip an ``Answer:`` prefix and enclosing parentheses,
 uppercase a one-letter choice, canonicalise whitespace and lowercase everything else; then
 exact match. ``(a)``, ``A`` and ``\\text{(A)}`` are one answer; ``True`` and ``true`` too.

@@ -1,4 +1,4 @@
-"""RL hyperparameters for the policy step (DESIGN §2 step 7, §4; paper appendix B)."""
+"""RL hyperparameters for the policy step (docs/design.md §2 step 7, §4; paper appendix B)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The jitted multi-agent policy step (DESIGN §2 step 7).
+"""The jitted multi-agent policy step (docs/design.md §2 step 7).
 
 N agents are LoRA adapters stacked on one frozen backbone (``coevo_jax.lora``). One step takes
 a batch whose sequences may belong to any of them, and:

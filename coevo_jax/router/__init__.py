@@ -1,5 +1,5 @@
 """The CERA-MoA router: mid-layer features, familiarity heads, push-pull loss, routing rules
-and the ablation routers (DESIGN §2 steps 2-4 and 8).
+and the ablation routers (docs/design.md §2 steps 2-4 and 8).
 
 Pure functions (``familiarity``, ``push_pull_loss``, ``router_advantages``,
 ``routing_scores``, ``select_agents``, ``select_top_k``) plus small NNX modules and a jitted

@@ -1,4 +1,4 @@
-"""Router configuration (CERA-MoA §2 steps 2-4 and 8; seed 001 appendix B defaults).
+"""Router configuration (docs/design.md §2 steps 2-4 and 8; the CERA-MoA paper's appendix B defaults).
 
 One frozen dataclass, loadable from YAML through :func:`coevo_jax._config.from_dict`. Every
 ablation the seeds report is a field here, never a code fork:

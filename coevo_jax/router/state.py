@@ -23,7 +23,7 @@ from coevo_jax.router.heads import make_head
 
 @struct.dataclass
 class RouterCounters:
-    """Exploration statistics (DESIGN §2 step 4).
+    """Exploration statistics (docs/design.md §2 step 4).
 
     Attributes:
       T: int32 scalar, number of queries routed so far.

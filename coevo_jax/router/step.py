@@ -1,4 +1,4 @@
-"""Jitted router operations for one orchestration round (DESIGN §2 steps 3, 4 and 8).
+"""Jitted router operations for one orchestration round (docs/design.md §2 steps 3, 4 and 8).
 
 A round, in order::
 
@@ -123,7 +123,7 @@ def router_loss(params, state: RouterState, h, rbar, active):
 def router_step(
     state: RouterState, h: jax.Array, rbar: jax.Array, active: jax.Array
 ) -> tuple[RouterState, dict[str, jax.Array]]:
-    """One Adam step on the trainable head parameters (DESIGN §2 step 8).
+    """One Adam step on the trainable head parameters (docs/design.md §2 step 8).
 
     Differentiates :func:`router_loss` w.r.t. ``state.params`` (the ``nnx.Param`` leaves)
     and nothing else: frozen targets are closed over as constants and the backbone is not

@@ -1,4 +1,4 @@
-"""Per-agent LIFO buffers of trajectory groups (DESIGN §2 step 6).
+"""Per-agent LIFO buffers of trajectory groups (docs/design.md §2 step 6).
 
 An agent takes a policy step only when its buffer holds a full micro-batch of query groups,
 and then pops the most recent ones; agents routed more often therefore train more often (our

@@ -1,7 +1,7 @@
 """The closed loop's configuration: one frozen dataclass per component, composed.
 
 ``configs/*.yaml`` map 1:1 onto :class:`TrainConfig` (unknown keys are errors naming their
-dotted path). Every ablation of DESIGN §2 is a key:
+dotted path). Every ablation of docs/design.md §2 is a key:
 
 | ablation | key |
 | --- | --- |
@@ -76,7 +76,7 @@ class DataSpec:
 
 @dataclasses.dataclass(frozen=True)
 class RolloutSpec:
-    """Generation through the rollout engine (DESIGN §2 step 5, §6).
+    """Generation through the rollout engine (docs/design.md §2 step 5, §6).
 
     Attributes:
       engine: ``inprocess`` (JAX sampler in this process) or ``http`` (vLLM protocol).
@@ -118,7 +118,7 @@ class RolloutSpec:
 
 @dataclasses.dataclass(frozen=True)
 class LoopSpec:
-    """Rounds, batching, logging and checkpoints (DESIGN §2 steps 1, 6, 9).
+    """Rounds, batching, logging and checkpoints (docs/design.md §2 steps 1, 6, 9).
 
     Attributes:
       rounds: orchestration rounds to run.

@@ -1,4 +1,4 @@
-"""The CERA-MoA closed loop (DESIGN §2, Algorithm 1 of seed 000).
+"""The CERA-MoA closed loop (docs/design.md §2, Algorithm 1 of the CERA-MoA paper).
 
 One orchestration round:
 
@@ -95,7 +95,7 @@ RewardFn = Callable[[Sequence[Any], Sequence[str], Sequence[int]], Sequence[floa
 def default_reward_fn(
     records: Sequence[Any], completions: Sequence[str], agent_ids: Sequence[int]
 ) -> list[float]:
-    """The verifiers of DESIGN §5 (the agent does not matter to them)."""
+    """The verifiers of docs/design.md §5 (the agent does not matter to them)."""
     from coevo_jax.rewards import score_batch
 
     return list(score_batch(records, completions))

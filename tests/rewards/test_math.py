@@ -1,5 +1,5 @@
 """Math verifier: normalisations, near misses, box extraction, malformed input, SymPy bombs,
-and agreement with HF math-verify (the reference behaviour, DESIGN.md §10)."""
+and agreement with HF math-verify (the reference behaviour, docs/design.md §10)."""
 
 import time
 

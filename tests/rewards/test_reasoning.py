@@ -1,4 +1,4 @@
-"""General-reasoning verifier: the math extractor plus the DESIGN.md §5 normalisation."""
+"""General-reasoning verifier: the math extractor plus the docs/design.md §5 normalisation."""
 
 import pytest
 

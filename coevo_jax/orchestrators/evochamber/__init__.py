@@ -1,4 +1,4 @@
-"""EvoChamber (seed 002): test-time co-evolution of an agent pool at individual, team and
+"""EvoChamber (docs/design.md §7): test-time co-evolution of an agent pool at individual, team and
 population scales, over any :class:`coevo_jax.orchestrators.llm.TextLLM`.
 
 Modules: ``config`` (the config), ``state`` (state as data + pure updates + replay), ``team``

@@ -1,4 +1,4 @@
-"""Per-agent experience archive: post-task reflection and retrieval (seed 002, individual level).
+"""Per-agent experience archive: post-task reflection and retrieval (the EvoChamber paper, individual level).
 
 After each task every member reflects (one LLM call) on its attempt, the team's answer and
 the reward, producing a niche lesson (bucketed under the task's niche) and a cross-domain

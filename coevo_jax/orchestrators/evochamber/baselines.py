@@ -1,4 +1,4 @@
-"""No-evolution baselines of seed 002: a stateless single agent (SA) and self-consistency
+"""No-evolution baselines of the EvoChamber paper: a stateless single agent (SA) and self-consistency
 (SC, majority voting over k = 5 samples of one agent).
 
 Both use the same task prompt as EvoChamber's members (no persona, no experience) and the

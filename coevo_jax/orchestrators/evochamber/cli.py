@@ -21,7 +21,7 @@ from pathlib import Path
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "evochamber", help="test-time co-evolution of an agent pool over a task stream (seed 002)"
+        "evochamber", help="test-time co-evolution of an agent pool over a task stream"
     )
     p.add_argument("--stream", required=True, choices=("hard_math", "hard_code", "aflow"))
     p.add_argument(

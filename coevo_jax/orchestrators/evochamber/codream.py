@@ -1,4 +1,4 @@
-"""CoDream: post-hoc knowledge flow from strong to weak agents (seed 002, population level).
+"""CoDream: post-hoc knowledge flow from strong to weak agents (the EvoChamber paper, population level).
 
 A session fires when the members' mean score is below ``cfg.codream_theta`` or (if enabled)
 when their outcomes disagree (see :func:`should_fire`). A member *succeeded* when its score

@@ -1,4 +1,4 @@
-"""EvoChamber's one config dataclass (seed 002, DESIGN §7).
+"""EvoChamber's one config dataclass (the EvoChamber paper, docs/design.md §7).
 
 Every threshold the seed describes in words ("dominates", "nearly identical", "lags over a
 sustained window", "no specialist") is an explicit number here; the defaults are our reading

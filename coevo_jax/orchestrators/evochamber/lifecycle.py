@@ -1,4 +1,4 @@
-"""Lifecycle operators: the roster as a variable (seed 002, population level).
+"""Lifecycle operators: the roster as a variable (the EvoChamber paper, population level).
 
 Every ``cfg.tau`` tasks :func:`plan_lifecycle` inspects the pool and returns the operator
 events to apply, in this order (each planned on the state left by the previous ones):

@@ -1,6 +1,6 @@
 """The EvoChamber online loop: one task at a time, every decision recorded as an event.
 
-Per task (seed 002's loop): embed the task; select (anchor, complement, scout) (eqs. 3-5);
+Per task (the EvoChamber paper's loop): embed the task; select (anchor, complement, scout) (eqs. 3-5);
 the anchor chooses a structure with LeadLearn; the team runs it with retrieved experience in
 its prompts; the final answer is scored (team reward r_t, the paper metric: pass@1 on all
 tests for code, exact match for math, token F1 for QA; see

@@ -1,6 +1,6 @@
 """Task prompts and answer keys shared by the structures, reflection and CoDream.
 
-The task prompt follows DESIGN §9: the raw problem plus one output-format line (the data
+The task prompt follows docs/design.md §9: the raw problem plus one output-format line (the data
 package's templates). A member's
 prompt is that, preceded by its persona and its retrieved experience. ``answer_key`` reduces
 a completion to the thing members vote on and disagree about: the last balanced ``\\boxed{}``
@@ -22,7 +22,7 @@ _FENCE = re.compile(r"```(?:[a-zA-Z0-9_+-]*)\n(.*?)```", re.S)
 
 
 def format_line(record: Mapping[str, Any]) -> str:
-    """The data package's format line for the record's class (DESIGN §9); a record without a
+    """The data package's format line for the record's class (docs/design.md §9); a record without a
     known class gets the ``\\boxed{}`` line, an instruction-following one none."""
     try:
         line = data_format_line(record)

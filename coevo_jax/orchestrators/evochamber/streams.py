@@ -1,4 +1,4 @@
-"""EvoChamber's task streams (seed 002, "Datasets"), built from unified records.
+"""EvoChamber's task streams (the EvoChamber paper, "Datasets"), built from unified records.
 
 A stream is a list of dicts in the project's unified record form (``id``, ``class``,
 ``problem``, ``true_answer`` | ``test_cases`` + ``fn_name``, ...) plus ``niche``:

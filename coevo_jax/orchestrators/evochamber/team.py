@@ -1,4 +1,4 @@
-"""Team composition: anchor, complement and scout (seed 002, eqs. 3-5).
+"""Team composition: anchor, complement and scout (the EvoChamber paper, eqs. 3-5).
 
 All functions are pure reads of a :class:`ChamberState`. Competence vectors span the niches
 seen so far plus the current one (a niche not yet seen reads as ``q_init`` for everyone), in

@@ -1,4 +1,4 @@
-"""FlyRoute (seed 003): self-evolving agent profiles through a data flywheel.
+"""FlyRoute (docs/design.md §8): self-evolving agent profiles through a data flywheel.
 
 Agents register with a name, an optional description and a few seed queries. Each query is
 routed by an LLM router over the agents' profiles (exploit) plus BM25-gated exploration of

@@ -2,11 +2,11 @@
 
 One expert agent per record class (math, code, instruction following, reasoning); the gold
 route of a record is the agent of its class. Each agent registers with a short, deliberately
-rough seed description and ``k`` seed queries (seed 003: k = 5) drawn from its class; the
+rough seed description and ``k`` seed queries (the FlyRoute paper: k = 5) drawn from its class; the
 rest of each class is split into a training stream (replayed in an interleaved, seeded order)
 and a held-out test set.
 
-Records are unified records (DESIGN.md §9): mappings with ``id``, ``class`` and ``problem``
+Records are unified records (docs/design.md §9): mappings with ``id``, ``class`` and ``problem``
 (objects with those attributes, ``class`` spelt ``class_`` or ``cls``, also work). The
 query text is the raw problem, never a class-specific prompt template, which would leak the
 route. Gold labels live only in :class:`LabeledQuery`, beside the :class:`Query`.

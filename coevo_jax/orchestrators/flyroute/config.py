@@ -1,4 +1,4 @@
-"""FlyRoute's hyperparameters (seed 003, DESIGN.md §8) as one frozen, validated config."""
+"""FlyRoute's hyperparameters (the FlyRoute paper, docs/design.md §8) as one frozen, validated config."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The prompt carries the seed description, the prior learned description (if any) and the most
 recent successes, and asks for a compact description of what the evidence shows the agent
-does well (seed 003: "summarizing evidence-supported capabilities rather than introducing
+does well (the FlyRoute paper: "summarizing evidence-supported capabilities rather than introducing
 unsupported ones"). Each distillation appends a version to the profile; older versions stay.
 """
 

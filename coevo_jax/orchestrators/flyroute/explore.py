@@ -1,4 +1,4 @@
-"""BM25-gated exploration (seed 003 Eqs. 2-5, DESIGN.md §8).
+"""BM25-gated exploration (the FlyRoute paper's Eqs. 2-5, docs/design.md §8).
 
 - Profile uncertainty ``U(a) = exp(-alpha * |E_a|)`` with ``|E_a|`` the number of
   quality-gated successes (the seed: "the number of quality-gated successes"); registration

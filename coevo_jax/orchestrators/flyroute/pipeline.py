@@ -1,7 +1,7 @@
 """One FlyRoute step: route (exploit + explore), dispatch, gate, update, distil.
 
 ``FlyRoute.step`` takes a :class:`Query` and nothing else, so the gold route of a benchmark
-item cannot reach routing, gating or profiling (seed 003); the replay harness scores the
+item cannot reach routing, gating or profiling (the FlyRoute paper); the replay harness scores the
 returned decisions against gold labels it keeps to itself.
 """
 

@@ -1,6 +1,6 @@
 """Agent registration, profiles and their persistence.
 
-A profile (seed 003, DESIGN.md §8) is ``(seed description, learned description, success
+A profile (the FlyRoute paper, docs/design.md §8) is ``(seed description, learned description, success
 store)``. The store starts with the registration's seed queries and grows with quality-gated
 ``(query, response, score)`` triples, each with its provenance. Learned descriptions are
 versioned: every distillation appends a version, so the history is kept.

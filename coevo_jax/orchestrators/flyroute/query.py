@@ -2,7 +2,7 @@
 
 A :class:`Query` carries what a user sends and nothing else. The gold route of a benchmark
 item is deliberately *not* a field here: the replay harness keeps gold labels in its own
-structures, so no routing, gating or profiling code can read them (seed 003: the gold route
+structures, so no routing, gating or profiling code can read them (the FlyRoute paper: the gold route
 "remains inaccessible to the routing and profiling pipeline").
 """
 

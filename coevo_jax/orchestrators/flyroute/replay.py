@@ -1,4 +1,4 @@
-"""Training-stream replay and routing-accuracy evaluation (seed 003's protocol).
+"""Training-stream replay and routing-accuracy evaluation (the FlyRoute paper's protocol).
 
 The harness owns the gold labels: it hands :meth:`FlyRoute.step` only ``item.query`` and
 scores the returned decisions itself. At chosen checkpoints (numbers of replayed training
