@@ -1,1 +1,1 @@
-"""Throughput benchmarks against the PyTorch stack; see benchmarks/NOTES.md."""
+"""Throughput benchmarks against the PyTorch stack; see benchmarks/README.md."""

@@ -16,7 +16,7 @@ runner only collects. It then writes
   command that made it;
 - ``<out-dir>/<date>-<machine>-scaling.png``: the scaling plot (path relative to the JSON).
 
-Conventions (also in ``benchmarks/NOTES.md``):
+Conventions (also in ``benchmarks/README.md``):
 
 - ``ratio > 1`` means JAX is better: ``jax / pytorch`` for throughputs (unit ``.../s``),
   ``pytorch / jax`` for times, latencies and fractions where lower is better.

@@ -289,7 +289,7 @@ def attend(
         spans = ((0, t, s),)
     # Head-major layout [B, nKV, T*G, D] around the core: the score tensor then comes out of
     # its products row-major with S last, so neither it nor its gradient is ever transposed;
-    # only the small q, k, v and output tensors are (`benchmarks/NOTES.md`).
+    # only the small q, k, v and output tensors are (`benchmarks/HISTORY.md`).
     g = n_heads // num_kv_heads
     qh = q.reshape(b, t, num_kv_heads, g, d).transpose(0, 2, 1, 3, 4)
     qh = qh.reshape(b, num_kv_heads, t * g, d)
