@@ -1,0 +1,35 @@
+"""The README's reference-experiment section says what the committed result files say."""
+
+import json
+from pathlib import Path
+
+from coevo_jax.eval.report import readme_table
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results" / "cpu_reference"
+
+
+def _section() -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index("## Does co-evolution work?")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+def test_table_is_rendered_from_the_committed_report():
+    report = json.loads((RESULTS / "report.json").read_text())
+    assert readme_table(report).strip() in _section()
+    assert sum(report["queries_by_dataset"].values()) >= 200
+
+
+def test_routing_and_probe_numbers_match_the_committed_files():
+    section = _section()
+    routing = json.loads((RESULTS / "routing.json").read_text())
+    for when in ("start", "end"):
+        r = routing[when]
+        assert f"{r['mean_active']:.2f}" in section, when
+        assert f"{r['nmi']:.2f}" in section, when
+    probes = [json.loads(x)["probe"] for x in (RESULTS / "probes.jsonl").read_text().splitlines()]
+    assert f"{probes[0]['macro_reward']:.2f}" in section
+    assert f"{probes[-1]['macro_reward']:.2f}" in section
+    for png in ("probe_curves.png",):
+        assert (RESULTS / png).is_file() and f"cpu_reference/{png}" in section
