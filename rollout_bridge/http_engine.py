@@ -10,8 +10,16 @@ and runs calls concurrently from a bounded thread pool.
 
 Faults: connection errors, timeouts and 5xx are retried with exponential backoff. A 404 for an
 adapter name means the server lost it (typically a restart): the engine waits for ``/health``,
-re-loads every adapter that should be live from its directory, and retries. A call that fails
-for good is reported in a ``GenerationError`` with its query ids, never turned into output.
+re-loads every adapter that should be live from its directory, and retries. When the engine
+owns its server (``server``, a :class:`~rollout_bridge.launcher.ManagedServer`) and that server
+is dead (its process exited, or ``/health`` answers 5xx, as vLLM does once its engine core
+died), the first thread to notice restarts it and re-publishes every live adapter; the others
+retry against the new server. A retried call replaces the whole call's output, so nothing is
+lost or duplicated. A call that fails for good is reported in a ``GenerationError`` with its
+query ids, never turned into output.
+
+``prompt_logprobs`` is never sent with an adapter: under concurrency it kills vLLM's engine
+(its LoRA logits processor fails to broadcast), and :meth:`HTTPEngine._post` refuses it.
 """
 
 from __future__ import annotations
@@ -59,6 +67,8 @@ class HTTPEngine:
       max_prompts_per_call: prompts packed into one completions call.
       on_request: optional ``(path, json_body)`` hook called before each POST (validation,
         logging).
+      server: the server this engine owns: restarted when it dies, stopped by :meth:`close`.
+      name_prefix: prefix of adapter names, so engines sharing one server do not collide.
     """
 
     def __init__(
@@ -75,6 +85,8 @@ class HTTPEngine:
         max_concurrency: int = 8,
         max_prompts_per_call: int = 32,
         on_request: Callable[[str, dict], None] | None = None,
+        server: Any = None,
+        name_prefix: str = "",
     ):
         self.url = url.rstrip("/")
         self.base_model = base_model
@@ -93,9 +105,13 @@ class HTTPEngine:
         self.lock = threading.Lock()
         self.republished = 0
         self.retried = 0
+        self.server = server
+        self.name_prefix = name_prefix
 
     # ------------------------------------------------------------------ HTTP helpers
     def _post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        if body.get("prompt_logprobs") is not None and body.get("model") != self.base_model:
+            raise ValueError("prompt_logprobs with an adapter kills vLLM's engine; not sent")
         if self.on_request is not None:
             self.on_request(path, body)
         return self.client.post(self.url + path, json=body)
@@ -105,6 +121,30 @@ class HTTPEngine:
             return self.client.get(self.url + "/health", timeout=5.0).status_code == 200
         except httpx.HTTPError:
             return False
+
+    def _health_status(self) -> int | None:
+        try:
+            return self.client.get(self.url + "/health", timeout=5.0).status_code
+        except httpx.HTTPError:
+            return None
+
+    @property
+    def server_restarts(self) -> int:
+        return 0 if self.server is None else self.server.restarts
+
+    def _server_dead(self) -> bool:
+        """A dead owned server: exited, or alive but reporting an unhealthy engine (5xx).
+        A slow ``/health`` under load is not death."""
+        if self.server is None:
+            return False
+        if not self.server.alive():
+            return True
+        status = self._health_status()
+        return status is not None and status >= 500
+
+    def _restart_server(self, seen: int) -> None:
+        if self.server.restart(seen=seen):
+            self.recover()
 
     def wait_healthy(self, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
@@ -147,7 +187,7 @@ class HTTPEngine:
     # ------------------------------------------------------------------ Engine API
     def publish(self, agent_id: int, adapters: AgentLoRA | LoRAWeights, version: int) -> None:
         agent = unstack(adapters, agent_id) if isinstance(adapters, LoRAWeights) else adapters
-        name = f"agent{agent_id}-v{version}"
+        name = f"{self.name_prefix}agent{agent_id}-v{version}"
         path = self.adapter_dir / name
         export_peft(agent, None, path, base_model=self.base_model, family=self.family)
         self._load(name, str(path))
@@ -171,6 +211,7 @@ class HTTPEngine:
         first = chunk[0]
         n = first.n
         for attempt in range(self.retries + 1):
+            generation = self.server.generation if self.server is not None else 0
             with self.lock:
                 name, _, version = self.live.get(first.agent_id, (self.base_model, "", 0))
                 if first.agent_id < 0:
@@ -211,6 +252,9 @@ class HTTPEngine:
                 self.retried += 1
                 if attempt == self.retries:
                     raise
+                if self._server_dead():
+                    self._restart_server(generation)
+                    continue
                 time.sleep(self.backoff * 2**attempt)
                 if not self.health():
                     try:
@@ -284,3 +328,5 @@ class HTTPEngine:
     def close(self) -> None:
         self.pool.shutdown(wait=True)
         self.client.close()
+        if self.server is not None:
+            self.server.stop()

@@ -26,7 +26,7 @@ from coevo_jax.lora import LoRAConfig
 from coevo_jax.rl import RLConfig
 from coevo_jax.router import RouterConfig
 
-ENGINES = ("inprocess", "http")
+ENGINES = ("inprocess", "http", "vllm")
 SETTINGS = ("homogeneous", "heterogeneous")
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 
@@ -79,8 +79,19 @@ class RolloutSpec:
     """Generation through the rollout engine (docs/design.md §2 step 5, §6).
 
     Attributes:
-      engine: ``inprocess`` (JAX sampler in this process) or ``http`` (vLLM protocol).
+      engine: ``inprocess`` (JAX sampler in this process), ``http`` (a vLLM-protocol server
+        already running at ``urls``) or ``vllm`` (the run starts and stops its own vLLM
+        server per base model, restarts it when it dies, and self-checks it).
       urls: server URLs for ``http`` (one per base model in the heterogeneous setting).
+      vllm_python: ``vllm`` engine: the interpreter that runs vLLM (default: the project's
+        venv from ``python -m rollout_bridge.vllm_env``; a GPU build of vLLM goes here).
+      vllm_kv_cache_gb: ``vllm`` engine: KV cache of vLLM's CPU build, GiB.
+      vllm_max_model_len: ``vllm`` engine: the server's context length.
+      server_timeout: seconds to wait for a started server's ``/health``.
+      selfcheck: check an HTTP/vLLM engine's behaviour log-probs against the trainer's
+        recompute when the run starts and after every publish
+        (:mod:`rollout_bridge.selfcheck`); the in-process engine is exact and skips it.
+      selfcheck_tolerance: largest mean |Δ log p| per token the check accepts.
       group_size: G completions per (query, activated agent) (paper: 8).
       max_new_tokens: generation budget (paper: 1000).
       temperature, top_p: sampling settings for training rollouts.
@@ -100,8 +111,16 @@ class RolloutSpec:
     overlong_penalty: bool = False
     overlong_cache: int = 200
     adapter_dir: str | None = None
+    vllm_python: str | None = None
+    vllm_kv_cache_gb: float = 2.0
+    vllm_max_model_len: int = 2048
+    server_timeout: float = 900.0
+    selfcheck: bool = True
+    selfcheck_tolerance: float = 0.08
 
     def __post_init__(self):
+        if self.selfcheck_tolerance <= 0 or self.vllm_kv_cache_gb <= 0:
+            raise ValueError("selfcheck_tolerance and vllm_kv_cache_gb must be > 0")
         if self.engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
         if self.engine == "http" and not self.urls:
@@ -135,6 +154,18 @@ class LoopSpec:
       keep_checkpoints: how many checkpoints to keep.
       plot_every: rounds between plot refreshes (0 = only at the end).
       eval_tau: tau used at inference (defaults to router.tau; set it for the mismatch ablation).
+      buffer_capacity: most groups an agent's LIFO buffer holds; pushing more evicts the
+        oldest (bottom) ones, which a LIFO pop would reach last. At least ``groups_per_step``;
+        None means ``4 * groups_per_step`` (see :attr:`buffer_limit`).
+      feature_log_size: router features kept for the t-SNE plot, as a uniform reservoir
+        sample of every routed query (``router_features.npz``, never the JSON state).
+      probe_every: rounds between held-out probes (``coevo_jax.train.probe``; 0 = none). A
+        probe runs before a round whose count of completed rounds is a multiple of it, and
+        is logged under ``probe`` in that round's record (``rounds = k * probe_every + 1``
+        ends on a probe).
+      probe_size: probe queries, stratified by domain, from the mixture's ``probe_split``.
+      probe_split: which held-out file of the data directory the probe samples.
+      probe_max_new_tokens: greedy budget of a probe completion (None: rollout's budget).
     """
 
     rounds: int = 100
@@ -146,6 +177,12 @@ class LoopSpec:
     keep_checkpoints: int = 2
     plot_every: int = 10
     eval_tau: float | None = None
+    buffer_capacity: int | None = None
+    feature_log_size: int = 4096
+    probe_every: int = 0
+    probe_size: int = 64
+    probe_split: str = "eval_id"
+    probe_max_new_tokens: int | None = None
 
     def __post_init__(self):
         for name in (
@@ -160,43 +197,6 @@ class LoopSpec:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.checkpoint_every < 0 or self.plot_every < 0 or self.keep_checkpoints < 1:
             raise ValueError("checkpoint_every/plot_every must be >= 0 and keep_checkpoints >= 1")
-
-      buffer_capacity: most groups an agent's LIFO buffer holds; pushing more evicts the
-        oldest (bottom) ones, which a LIFO pop would reach last. At least ``groups_per_step``;
-        None means ``4 * groups_per_step`` (see :attr:`buffer_limit`).
-      feature_log_size: router features kept for the t-SNE plot, as a uniform reservoir
-        sample of every routed query (``router_features.npz``, never the JSON state).
-      probe_every: rounds between held-out probes (``coevo_jax.train.probe``; 0 = none). A
-        probe runs before a round whose count of completed rounds is a multiple of it, and
-        is logged under ``probe`` in that round's record (``rounds = k * probe_every + 1``
-        ends on a probe).
-      probe_size: probe queries, stratified by domain, from the mixture's ``probe_split``.
-      probe_split: which held-out file of the data directory the probe samples.
-      probe_max_new_tokens: greedy budget of a probe completion (None: rollout's budget).
-
-@dataclasses.dataclass(frozen=True)
-class ParallelSpec:
-    """The training mesh (``coevo_jax.train.distributed``): sizes of its three axes.
-
-    Attributes:
-      data: pure data parallelism (backbone replicated, batch split).
-      fsdp: batch split *and* backbone sharded (gathered per layer).
-      tensor: heads and MLP width split.
-
-    All 1 (the default) means no mesh: the single-device loop. One size may be -1 (all the
-    buffer_capacity: int | None = None
-    feature_log_size: int = 4096
-    probe_every: int = 0
-    probe_size: int = 64
-    probe_split: str = "eval_id"
-    probe_max_new_tokens: int | None = None
-    devices the others leave). A multi-process run (``jax.distributed``) needs a mesh; the
-    product must equal the global device count.
-    """
-
-    data: int = 1
-    fsdp: int = 1
-    tensor: int = 1
         if self.buffer_capacity is not None and self.buffer_capacity < self.groups_per_step:
             raise ValueError(
                 f"buffer_capacity ({self.buffer_capacity}) must be >= groups_per_step "
@@ -211,6 +211,25 @@ class ParallelSpec:
     def buffer_limit(self) -> int:
         """Groups an agent's buffer may hold (``buffer_capacity`` or ``4 * groups_per_step``)."""
         return self.buffer_capacity or 4 * self.groups_per_step
+
+
+@dataclasses.dataclass(frozen=True)
+class ParallelSpec:
+    """The training mesh (``coevo_jax.train.distributed``): sizes of its three axes.
+
+    Attributes:
+      data: pure data parallelism (backbone replicated, batch split).
+      fsdp: batch split *and* backbone sharded (gathered per layer).
+      tensor: heads and MLP width split.
+
+    All 1 (the default) means no mesh: the single-device loop. One size may be -1 (all the
+    devices the others leave). A multi-process run (``jax.distributed``) needs a mesh; the
+    product must equal the global device count.
+    """
+
+    data: int = 1
+    fsdp: int = 1
+    tensor: int = 1
 
     def __post_init__(self):
         sizes = (self.data, self.fsdp, self.tensor)

@@ -171,13 +171,21 @@ class Trainer:
         self.groups: list[AgentGroup] = make_groups(cfg, agent_bbs)
         self.mesh = build_mesh(cfg.parallel)
         self.driver = is_driver()
-        for k, g in enumerate(self.groups):
-            if self.driver:
-                g.engine = (
-                    engines[k] if engines is not None else make_engine(cfg, g, k, self.run_dir)
-                )
-            if self.mesh is not None:  # after the engine took its process-local adapter copy
-                shard_group(g, self.mesh, cfg.rl)
+        servers: dict = {}  # vllm engine: one started server per base model
+        try:
+            for k, g in enumerate(self.groups):
+                if self.driver:
+                    g.engine = (
+                        engines[k]
+                        if engines is not None
+                        else make_engine(cfg, g, k, self.run_dir, servers=servers)
+                    )
+                if self.mesh is not None:  # after the engine took its own adapter copy
+                    shard_group(g, self.mesh, cfg.rl)
+        except BaseException:  # a later server failed to start: stop the ones already up
+            for server in servers.values():
+                server.stop()
+            raise
         self.group_of = {a: g for g in self.groups for a in g.agents}
         in_dim = feature_dim(self.router_backbone.cfg.hidden_size, cfg.router.feature_layers)
         self.router = init_router(cfg.router, in_dim, seed=cfg.loop.seed)

@@ -164,8 +164,16 @@ def make_groups(cfg: TrainConfig, backbones: Sequence[Backbone]) -> list[AgentGr
     return groups
 
 
-def make_engine(cfg: TrainConfig, group: AgentGroup, index: int, run_dir: Path) -> Any:
-    """The default engine of a group: in-process JAX sampler, or HTTP to ``rollout.urls[index]``."""
+def make_engine(
+    cfg: TrainConfig, group: AgentGroup, index: int, run_dir: Path, *, servers: dict | None = None
+) -> Any:
+    """The default engine of a group: in-process JAX sampler, HTTP to ``rollout.urls[index]``,
+    or (``vllm``) HTTP to a vLLM server this run starts, one per base model.
+
+    ``servers`` maps a base model's ``(path, name)`` to its started server, so groups on the
+    same base model (heterogeneous runs that repeat a model) share one; pass the same dict
+    for every group of a run. A shared server gets one LoRA slot per agent that uses it.
+    """
     tok = group.backbone.tokenizer
     if cfg.rollout.engine == "inprocess":
         from rollout_bridge.local_engine import InProcessEngine
@@ -180,12 +188,49 @@ def make_engine(cfg: TrainConfig, group: AgentGroup, index: int, run_dir: Path) 
         )
     from rollout_bridge.http_engine import HTTPEngine
 
-    urls = cfg.rollout.urls
     spec = cfg.model if cfg.setting == "homogeneous" else cfg.agent_models[index]
+    adapter_dir = Path(cfg.rollout.adapter_dir or run_dir / "adapters") / f"group{index}"
+    kw = dict(eos_ids=tok.eos_token_ids, family=group.backbone.cfg.family)
+    if cfg.rollout.engine == "http":
+        urls = cfg.rollout.urls
+        return HTTPEngine(
+            urls[min(index, len(urls) - 1)], base_model=spec.name, adapter_dir=adapter_dir, **kw
+        )
+    servers = {} if servers is None else servers
+    key = (spec.path, spec.name)
+    if key not in servers:
+        servers[key] = _start_vllm(cfg, spec, len(servers), run_dir)
     return HTTPEngine(
-        urls[min(index, len(urls) - 1)],
+        servers[key].url,
         base_model=spec.name,
-        adapter_dir=Path(cfg.rollout.adapter_dir or run_dir / "adapters") / f"group{index}",
-        eos_ids=tok.eos_token_ids,
-        family=group.backbone.cfg.family,
+        adapter_dir=adapter_dir,
+        server=servers[key],
+        name_prefix=f"g{index}-",
+        **kw,
+    )
+
+
+def _lora_slots(cfg: TrainConfig, spec: ModelSpec) -> int:
+    if cfg.setting == "homogeneous":
+        return cfg.lora.n_agents
+    return sum(1 for s in cfg.agent_models if (s.path, s.name) == (spec.path, spec.name))
+
+
+def _start_vllm(cfg: TrainConfig, spec: ModelSpec, k: int, run_dir: Path) -> Any:
+    from rollout_bridge.launcher import launch_vllm
+
+    ro = cfg.rollout
+    log = Path(run_dir) / f"vllm-server{k}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    print(f"starting vLLM for {spec.name} (log: {log})", flush=True)
+    return launch_vllm(
+        spec.path,
+        served_name=spec.name,
+        agents=_lora_slots(cfg, spec),
+        max_lora_rank=cfg.lora.rank,
+        python=ro.vllm_python,
+        log_path=log,
+        timeout=ro.server_timeout,
+        max_model_len=ro.vllm_max_model_len,
+        kv_cache_gb=ro.vllm_kv_cache_gb,
     )

@@ -1,5 +1,7 @@
 """The launcher builds the exact vLLM invocation the bridge relies on."""
 
+import os
+
 import pytest
 
 from rollout_bridge.launcher import local_command, vllm_command, vllm_max_lora_rank
@@ -10,7 +12,8 @@ def test_vllm_command_has_runtime_lora_flags():
     assert argv[:3] == ["vllm", "serve", "Qwen/Qwen3-4B"]
     flags = dict(zip(argv[3::2], argv[4::2], strict=False))
     assert "--enable-lora" in argv
-    assert argv[argv.index("--max-loras") + 1] == "4"
+    # one spare slot: with every slot taken, vLLM serves base rows with an adapter
+    assert argv[argv.index("--max-loras") + 1] == "5"
     assert argv[argv.index("--max-lora-rank") + 1] == "16"
     assert argv[argv.index("--logprobs-mode") + 1] == "processed_logprobs"
     assert argv[argv.index("--port") + 1] == "8123"
@@ -31,3 +34,17 @@ def test_local_command_runs_our_server_module():
     assert (
         argv[argv.index("--max-loras") + 1] == "3" and argv[argv.index("--model") + 1] == "m.gguf"
     )
+
+
+def test_vllm_command_with_an_interpreter_runs_the_api_server_module():
+    argv, env = vllm_command("/m", agents=2, python="/venv/bin/python", kv_cache_gb=3)
+    assert argv[:5] == [
+        "/venv/bin/python",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "/m",
+    ]
+    assert argv[argv.index("--max-loras") + 1] == "3"
+    assert argv[argv.index("--dtype") + 1] == "bfloat16"
+    assert env["VLLM_CPU_KVCACHE_SPACE"] in ("3", os.environ.get("VLLM_CPU_KVCACHE_SPACE"))
