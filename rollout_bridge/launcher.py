@@ -51,8 +51,8 @@ def vllm_command(
     ``vllm serve`` from PATH.
 
     ``--max-loras`` is ``agents + 1``: with every LoRA slot taken by an adapter in the batch,
-    vLLM serves base-model rows of the same batch with an adapter (measured: 0.185 nats/token
-    off the base against 0.03 with one spare slot), so one slot is always left free.
+    vLLM serves base-model rows of the same batch with an adapter, so one slot is always left
+    free (the figures are in benchmarks/HISTORY.md).
     """
     if python:
         argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
@@ -130,7 +130,7 @@ class ServerHandle:
         vLLM runs its engine core and a resource tracker as children in the same group;
         waiting only for the parent would leave them holding the port and memory.
         """
-        pgid = self.proc.pid  # start_new_session: the leader's pid is the group id
+        pgid = self.proc.pid  # the child leads its own process group, so its pid names it
         deadline = time.monotonic() + timeout
         try:
             os.killpg(pgid, sig)
