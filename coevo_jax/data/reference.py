@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from typing import Any
 
 from coevo_jax.data.converters._util import LETTERS, format_choices
 from coevo_jax.data.record import Record
@@ -75,54 +76,45 @@ _CODE: tuple[tuple[str, str, str, Callable[[random.Random], object]], ...] = (
 )  # fmt: skip
 
 
-def _arith(i: int, rng: random.Random) -> Record:
+# A maker draws one item's content from its rng: the fields that differ between domains
+# (problem, answer, tests, IFEval constraints). :func:`generate` adds the id, source, split and
+# class, which every domain sets the same way.
+Maker = Callable[[random.Random], dict[str, Any]]
+
+
+def _arith(rng: random.Random) -> dict[str, Any]:
     a, b = rng.randint(1, 19), rng.randint(1, 9)
     if rng.random() < 0.5:
         expr, ans = f"{a} + {b}", a + b
     else:
         a, b = max(a, b), min(a, b)
         expr, ans = f"{a} - {b}", a - b
-    return Record(
-        id=f"ref_arith/gen/{i}",
-        source="ref_arith",
-        split="test",
-        cls="math",
-        problem=f"What is {expr}?",
-        true_answer=str(ans),
-    )
+    return {"problem": f"What is {expr}?", "true_answer": str(ans)}
 
 
-def _letter(i: int, rng: random.Random) -> Record:
+def _letter(rng: random.Random) -> dict[str, Any]:
     word = rng.choice(_WORDS)
     which, pos = rng.choice((("first", 0), ("last", -1)))
-    return Record(
-        id=f"ref_letter/gen/{i}",
-        source="ref_letter",
-        split="test",
-        cls="reasoning",
-        problem=f'What is the {which} letter of the word "{word}"?',
-        true_answer=word[pos].upper(),
-    )
+    return {
+        "problem": f'What is the {which} letter of the word "{word}"?',
+        "true_answer": word[pos].upper(),
+    }
 
 
-def _choice(i: int, rng: random.Random) -> Record:
+def _choice(rng: random.Random) -> dict[str, Any]:
     cat = rng.choice(sorted(_CATEGORIES))
     right = rng.choice(_CATEGORIES[cat])
     others = sorted(c for c in _CATEGORIES if c != cat)
     wrong = [rng.choice(_CATEGORIES[c]) for c in rng.sample(others, 3)]
     options = [right, *wrong]
     rng.shuffle(options)
-    return Record(
-        id=f"ref_choice/gen/{i}",
-        source="ref_choice",
-        split="test",
-        cls="reasoning",
-        problem=format_choices(f"Which of the following is a {cat}?", options),
-        true_answer=LETTERS[options.index(right)],
-    )
+    return {
+        "problem": format_choices(f"Which of the following is a {cat}?", options),
+        "true_answer": LETTERS[options.index(right)],
+    }
 
 
-def _code(i: int, rng: random.Random) -> Record:
+def _code(rng: random.Random) -> dict[str, Any]:
     name, wording, body, arg = rng.choice(_CODE)
     k = rng.randint(2, 20)
     fn, wording, body = name.format(k=k), wording.format(k=k), body.format(k=k)
@@ -133,16 +125,12 @@ def _code(i: int, rng: random.Random) -> Record:
         if x not in args:
             args.append(x)
     asserts = [f"assert {fn}({x!r}) == {ref(x)!r}" for x in args]
-    return Record(
-        id=f"ref_code/gen/{i}",
-        source="ref_code",
-        split="test",
-        cls="code",
-        problem=f"Write a Python function `{fn}(x)` that {wording}.",
-        test_cases={"asserts": asserts},
-        fn_name=fn,
-        metadata={"reference_solution": f"def {fn}(x):\n    return {body}"},
-    )
+    return {
+        "problem": f"Write a Python function `{fn}(x)` that {wording}.",
+        "test_cases": {"asserts": asserts},
+        "fn_name": fn,
+        "metadata": {"reference_solution": f"def {fn}(x):\n    return {body}"},
+    }
 
 
 _IF_TASKS = (
@@ -176,30 +164,27 @@ _IF_FAMILIES: dict[str, tuple[tuple[str, str, dict], ...]] = {
 }  # fmt: skip
 
 
-def _if_maker(source: str) -> Callable[[int, random.Random], Record]:
-    def make(i: int, rng: random.Random) -> Record:
+def _if_maker(source: str) -> Maker:
+    def make(rng: random.Random) -> dict[str, Any]:
         task = rng.choice(_IF_TASKS).format(w=rng.choice(_WORDS))
         iid, text, kwargs = rng.choice(_IF_FAMILIES[source])
-        return Record(
-            id=f"{source}/gen/{i}",
-            source=source,
-            split="test",
-            cls="if",
-            problem=f"{task} {text}",
-            instruction_id_list=(iid,),
-            kwargs=(dict(kwargs),),
-            metadata={"registry": "ifeval"},
-        )
+        return {
+            "problem": f"{task} {text}",
+            "instruction_id_list": (iid,),
+            "kwargs": (dict(kwargs),),
+            "metadata": {"registry": "ifeval"},
+        }
 
     return make
 
 
-_MAKERS: dict[str, Callable[[int, random.Random], Record]] = {
-    "ref_arith": _arith,
-    "ref_letter": _letter,
-    "ref_choice": _choice,
-    "ref_code": _code,
-    **{src: _if_maker(src) for src in _IF_FAMILIES},
+# source -> (class, maker)
+_MAKERS: dict[str, tuple[str, Maker]] = {
+    "ref_arith": ("math", _arith),
+    "ref_letter": ("reasoning", _letter),
+    "ref_choice": ("reasoning", _choice),
+    "ref_code": ("code", _code),
+    **{src: ("if", _if_maker(src)) for src in _IF_FAMILIES},
 }
 GENERATED_SOURCES = tuple(_MAKERS)
 
@@ -212,12 +197,13 @@ def generate(source: str, n: int = ITEMS_PER_SOURCE) -> tuple[list[Record], Load
     """
     if source not in _MAKERS:
         raise KeyError(f"unknown generated source {source!r}; have {sorted(_MAKERS)}")
-    make = _MAKERS[source]
+    cls, make = _MAKERS[source]
     seen: set[str] = set()
     out: list[Record] = []
     dup = 0
     for i in range(n):
-        rec = make(i, random.Random(f"{source}:{i}"))
+        fields = make(random.Random(f"{source}:{i}"))
+        rec = Record(id=f"{source}/gen/{i}", source=source, split="test", cls=cls, **fields)
         if rec.problem in seen:
             dup += 1
             continue
