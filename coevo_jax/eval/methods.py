@@ -230,22 +230,23 @@ def sources(c: Collected) -> list[str]:
 def evaluate_methods(
     c: Collected,
     *,
-    tau: float,
-    taus: Sequence[float] = (),
-    baselines: Sequence[str] = DEFAULT_BASELINES,
     seed: int = 0,
-    routing: str = "threshold",
-    top_k: int = 1,
     n_resamples: int = stats.N_RESAMPLES,
+    **methods: Any,
 ) -> dict[str, dict[str, Any]]:
     """Accuracy (with intervals), tokens and activations of CERA-MoA and the baselines.
 
-    Arguments as in :func:`method_outcomes`; each entry is :func:`summarise` of its outcome,
-    bootstrapped with ``seed`` and ``n_resamples``.
+    Each entry is :func:`summarise` of its outcome, bootstrapped with ``seed`` and
+    ``n_resamples``.
+
+    Args:
+      c: the collected scores.
+      seed: seeds both the random baseline and the bootstrap.
+      n_resamples: bootstrap replicates.
+      **methods: ``tau`` (required), ``taus``, ``baselines``, ``routing``, ``top_k``: passed
+        to :func:`method_outcomes`, which documents them.
     """
-    outcomes = method_outcomes(
-        c, tau=tau, taus=taus, baselines=baselines, seed=seed, routing=routing, top_k=top_k
-    )
+    outcomes = method_outcomes(c, seed=seed, **methods)
     src = sources(c)
     return {k: summarise(o, src, seed=seed, n_resamples=n_resamples) for k, o in outcomes.items()}
 

@@ -43,6 +43,34 @@ def _groups(groups: Sequence[Any], n: int) -> list[np.ndarray]:
     return [np.flatnonzero(labels == g) for g in np.unique(labels)]
 
 
+def _as_pair(a: Any, b: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Two methods' scores on the same queries, checked as in :func:`_as_scores`."""
+    x, y = _as_scores(a, "a"), _as_scores(b, "b")
+    if x.shape != y.shape:
+        raise ValueError(f"paired scores differ in length: {x.size} vs {y.size}")
+    return x, y
+
+
+def _percentile_ci(
+    samples: tuple[np.ndarray, ...],
+    statistic: Any,
+    confidence: float,
+    n_resamples: int,
+    seed: int,
+) -> tuple[float, float]:
+    """``scipy.stats.bootstrap`` percentile interval of ``statistic`` over ``samples``."""
+    res = scipy.stats.bootstrap(
+        samples,
+        statistic,
+        confidence_level=confidence,
+        n_resamples=n_resamples,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
+    ci = res.confidence_interval
+    return float(ci.low), float(ci.high)
+
+
 def bootstrap_ci(
     x: Any,
     *,
@@ -65,16 +93,7 @@ def bootstrap_ci(
     a = _as_scores(x)
     if a.size == 1 or np.all(a == a[0]):
         return float(a[0]), float(a[0])
-    res = scipy.stats.bootstrap(
-        (a,),
-        np.mean,
-        confidence_level=confidence,
-        n_resamples=n_resamples,
-        method="percentile",
-        rng=np.random.default_rng(seed),
-    )
-    ci = res.confidence_interval
-    return float(ci.low), float(ci.high)
+    return _percentile_ci((a,), np.mean, confidence, n_resamples, seed)
 
 
 def macro_mean(x: Any, groups: Sequence[Any]) -> float:
@@ -121,16 +140,7 @@ def macro_bootstrap_ci(
     def statistic(*samples, axis=-1):
         return (fixed + sum(s.mean(axis=axis) for s in samples)) / g
 
-    res = scipy.stats.bootstrap(
-        varying,
-        statistic,
-        confidence_level=confidence,
-        n_resamples=n_resamples,
-        method="percentile",
-        rng=np.random.default_rng(seed),
-    )
-    ci = res.confidence_interval
-    return float(ci.low), float(ci.high)
+    return _percentile_ci(varying, statistic, confidence, n_resamples, seed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,9 +170,7 @@ def mcnemar_exact(a: Any, b: Any) -> PairedTest:
     Args:
       a, b: ``[Q]`` scores, each 0 or 1.
     """
-    x, y = _as_scores(a, "a"), _as_scores(b, "b")
-    if x.shape != y.shape:
-        raise ValueError(f"paired scores differ in length: {x.size} vs {y.size}")
+    x, y = _as_pair(a, b)
     for name, v in (("a", x), ("b", y)):
         if not np.all((v == 0) | (v == 1)):
             raise ValueError(f"mcnemar_exact: {name} must hold 0/1 scores")
@@ -184,9 +192,7 @@ def paired_permutation(a: Any, b: Any, *, n_resamples: int = 9999, seed: int = 0
       n_resamples: random replicates when the test is not enumerated.
       seed: seed of the replicates.
     """
-    x, y = _as_scores(a, "a"), _as_scores(b, "b")
-    if x.shape != y.shape:
-        raise ValueError(f"paired scores differ in length: {x.size} vs {y.size}")
+    x, y = _as_pair(a, b)
     if np.all(x == y):
         return PairedTest("paired_permutation", 1.0)
     res = scipy.stats.permutation_test(
@@ -226,6 +232,18 @@ def holm(p_values: Sequence[float]) -> list[float]:
     return [float(v) for v in out]
 
 
+def _means_with_cis(
+    a: np.ndarray, groups: Sequence[Any], kw: dict[str, Any]
+) -> tuple[float, list[float], float, list[float]]:
+    """``(mean, [lo, hi], macro mean, [lo, hi])`` of ``a``; ``kw`` as in :func:`bootstrap_ci`."""
+    return (
+        float(a.mean()),
+        list(bootstrap_ci(a, **kw)),
+        macro_mean(a, groups),
+        list(macro_bootstrap_ci(a, groups, **kw)),
+    )
+
+
 def summarise(
     x: Any,
     groups: Sequence[Any],
@@ -252,11 +270,12 @@ def summarise(
         key = labels[idx[0]]
         by[key] = float(a[idx].mean())
         by_ci[key] = list(bootstrap_ci(a[idx], **kw))
+    mean, ci, macro, macro_ci = _means_with_cis(a, labels, kw)
     return {
-        "mean": float(a.mean()),
-        "ci": list(bootstrap_ci(a, **kw)),
-        "macro": macro_mean(a, labels),
-        "macro_ci": list(macro_bootstrap_ci(a, labels, **kw)),
+        "mean": mean,
+        "ci": ci,
+        "macro": macro,
+        "macro_ci": macro_ci,
         "by_group": by,
         "by_group_ci": by_ci,
     }
@@ -287,17 +306,15 @@ def compare_paired(
       ``{"diff", "diff_ci": [lo, hi], "macro_diff", "macro_diff_ci": [lo, hi], "test",
       "p_value", "a_only", "b_only"}`` (``a_only``/``b_only`` are ``None`` unless McNemar).
     """
-    x, y = _as_scores(a, "a"), _as_scores(b, "b")
-    if x.shape != y.shape:
-        raise ValueError(f"paired scores differ in length: {x.size} vs {y.size}")
-    d = x - y
+    x, y = _as_pair(a, b)
     kw = dict(confidence=confidence, n_resamples=n_resamples, seed=seed)
+    diff, diff_ci, macro_diff, macro_diff_ci = _means_with_cis(x - y, groups, kw)
     t = paired_test(x, y, seed=seed)
     return {
-        "diff": float(d.mean()),
-        "diff_ci": list(bootstrap_ci(d, **kw)),
-        "macro_diff": macro_mean(d, groups),
-        "macro_diff_ci": list(macro_bootstrap_ci(d, groups, **kw)),
+        "diff": diff,
+        "diff_ci": diff_ci,
+        "macro_diff": macro_diff,
+        "macro_diff_ci": macro_diff_ci,
         "test": t.test,
         "p_value": t.p_value,
         "a_only": t.a_only,
