@@ -32,13 +32,19 @@ def test_should_fire():
     assert should_fire([0.0] * 3, [None] * 3, dataclasses.replace(CFG, codream=False)) is None
 
 
-def test_recipients_strictly_below_median():
-    agents = {
-        f"a{i}": Agent(f"a{i}", "p", q={"x": v}) for i, v in enumerate([0.9, 0.2, 0.5, 0.4, 0.7])
-    }
+@pytest.mark.parametrize(
+    "q,niche,giver,expected",
+    [
+        ([0.9, 0.2, 0.5, 0.4, 0.7], "x", None, ["a1", "a3"]),  # strictly below the median 0.5
+        ([0.9, 0.2, 0.5, 0.4, 0.7], "unseen", None, []),  # all at q_init: none below the median
+        ([0.9, 0.2, 0.1, 0.8], "x", None, ["a1", "a2"]),  # median 0.5
+        ([0.9, 0.2, 0.1, 0.8], "x", "a2", ["a1"]),  # the giver is no recipient
+    ],
+)
+def test_recipients_are_below_the_median_and_not_the_giver(q, niche, giver, expected):
+    agents = {f"a{i}": Agent(f"a{i}", "p", q={"x": v}) for i, v in enumerate(q)}
     s = ChamberState(step=0, agents=agents)
-    assert recipients(s, "x", CFG) == ["a1", "a3"]  # median 0.5
-    assert recipients(s, "unseen", CFG) == []  # everyone at q_init: nobody below the median
+    assert recipients(s, niche, CFG, giver=giver) == expected
 
 
 @pytest.mark.parametrize(
@@ -116,20 +122,28 @@ class PhaseLLM:
         return out
 
 
-def test_run_codream_five_phases_majority_survivors_and_givers():
-    llm = PhaseLLM()
-    team = ["a", "b", "c"]
-    caller = Caller(llm, {m: MemberContext("p") for m in team}, CFG)
+TEAM = ["a", "b", "c"]
+
+
+def _codream(answers, rewards, niches=("x",), *, threshold=0.5, llm=None):
+    """One CoDream of team a, b, c on problem "P" in niche "x"; returns (llm, insights, counters)."""
+    llm = llm or PhaseLLM()
+    caller = Caller(llm, {m: MemberContext("p") for m in TEAM}, CFG)
     insights, counters = run_codream(
         caller,
-        team,
+        TEAM,
         {"problem": "P"},
         "x",
-        {"a": "A", "b": "B", "c": None},
-        [0.0, 1.0, 0.0],
-        ["x", "y"],
-        success_threshold=0.5,
+        answers,
+        rewards,
+        list(niches),
+        success_threshold=threshold,
     )
+    return llm, insights, counters
+
+
+def test_run_codream_five_phases_majority_survivors_and_givers():
+    llm, insights, counters = _codream({"a": "A", "b": "B", "c": None}, [0.0, 1.0, 0.0], ("x", "y"))
     tags = [t for t, _ in llm.tags]
     assert (
         tags
@@ -161,31 +175,13 @@ def test_run_codream_five_phases_majority_survivors_and_givers():
 def test_codream_is_skipped_when_no_member_succeeded():
     """All members failed: there is no successful approach to contrast with (the old code
     contrasted against the "best" of three zeros)."""
-    llm = PhaseLLM()
-    team = ["a", "b", "c"]
-    caller = Caller(llm, {m: MemberContext("p") for m in team}, CFG)
-    insights, counters = run_codream(
-        caller,
-        team,
-        {"problem": "P"},
-        "x",
-        {m: m for m in team},
-        [0.0, 0.0, 0.0],
-        ["x"],
-        success_threshold=0.5,
-    )
+    answers = {m: m for m in TEAM}
+    llm, insights, counters = _codream(answers, [0.0, 0.0, 0.0])
     assert (insights, counters, llm.tags) == ([], {"codream_skipped_no_success": 1}, [])
     # success_threshold is what counts: 0.4 is a failure at 0.5, a success at 0.3
-    insights, _ = run_codream(
-        caller,
-        team,
-        {"problem": "P"},
-        "x",
-        {m: m for m in team},
-        [0.4, 0.0, 0.0],
-        ["x"],
-        success_threshold=0.3,
-    )
+    _, insights, _ = _codream(answers, [0.4, 0.0, 0.0], threshold=0.5, llm=llm)
+    assert (insights, llm.tags) == ([], [])
+    _, insights, _ = _codream(answers, [0.4, 0.0, 0.0], threshold=0.3, llm=llm)
     contrast = [r for r in llm.reqs if r.tag == "codream_contrast"]
     assert [r.agent for r in contrast] == ["b", "c"]
     assert all("A teammate's attempt succeeded" in r.prompt for r in contrast)
@@ -193,28 +189,9 @@ def test_codream_is_skipped_when_no_member_succeeded():
 
 
 def test_only_failing_members_contrast_and_only_successful_ones_give():
-    llm = PhaseLLM()
-    team = ["a", "b", "c"]
-    caller = Caller(llm, {m: MemberContext("p") for m in team}, CFG)
-    insights, _ = run_codream(
-        caller,
-        team,
-        {"problem": "P"},
-        "x",
-        {m: m.upper() for m in team},
-        [1.0, 1.0, 0.0],
-        ["x"],
-        success_threshold=0.5,
-    )
+    llm, insights, _ = _codream({m: m.upper() for m in TEAM}, [1.0, 1.0, 0.0])
     assert [a for t, a in llm.tags if t == "codream_contrast"] == ["c"]
     # c contrasts against a (tie with b -> team order)
     (c_req,) = [r for r in llm.reqs if r.tag == "codream_contrast"]
     assert "succeeded (end):\nA\n" in c_req.prompt
     assert {i["giver"] for i in insights} <= {"a", "b"}
-
-
-def test_recipients_exclude_the_giver():
-    agents = {f"a{i}": Agent(f"a{i}", "p", q={"x": v}) for i, v in enumerate([0.9, 0.2, 0.1, 0.8])}
-    s = ChamberState(step=0, agents=agents)
-    assert recipients(s, "x", CFG) == ["a1", "a2"]  # median 0.5
-    assert recipients(s, "x", CFG, giver="a2") == ["a1"]
