@@ -5,9 +5,7 @@ from pathlib import Path
 
 from coevo_jax._config import from_dict, to_dict
 from coevo_jax.train.config import TrainConfig
-from coevo_jax.train.loop import Trainer
-from tests.train._tiny import tiny_backbone, tiny_records
-from tests.train.test_loop import reward_has_digit_char, tiny_config
+from tests.train._tiny import tiny_backbone, tiny_config, tiny_records, tiny_trainer
 
 
 def odd_length_score(records, completions):
@@ -21,14 +19,7 @@ def train_tiny_run(run_dir: Path, *, router: dict | None = None, loop: dict | No
     d["router"].update(router or {})
     d["loop"].update(loop or {})
     cfg = from_dict(TrainConfig, d)
-    tr = Trainer(
-        cfg,
-        run_dir,
-        backbone=tiny_backbone(),
-        records=tiny_records(8),
-        reward_fn=reward_has_digit_char,
-        progress=False,
-    )
+    tr = tiny_trainer(cfg, run_dir, records=tiny_records(8))
     try:
         tr.run()
     finally:

@@ -16,8 +16,7 @@ from tests.eval._runs import (
     train_tiny_run,
     write_suite,
 )
-from tests.train._tiny import tiny_backbone, tiny_records
-from tests.train.test_loop import reward_has_digit_char, tiny_config
+from tests.train._tiny import tiny_backbone, tiny_config, tiny_records, tiny_trainer
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -48,14 +47,7 @@ def check_report_files(out_dir, name, datasets):
 def test_eval_writes_reports(tmp_path):
     cfg = tiny_config(rounds=1)
     recs = tiny_records(8)
-    tr = Trainer(
-        cfg,
-        tmp_path / "run",
-        backbone=tiny_backbone(),
-        records=recs,
-        reward_fn=reward_has_digit_char,
-        progress=False,
-    )
+    tr = tiny_trainer(cfg, tmp_path / "run", records=recs)
     tr.run()
     ev = [dict(r, id=f"e{i}", source="toy-" + r["class"]) for i, r in enumerate(tiny_records(6))]
     payload = evaluate_trainer(

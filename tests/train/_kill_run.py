@@ -10,19 +10,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
 def build(run_dir: str, rounds: int):
-    from coevo_jax.train.loop import Trainer
-    from tests.train._tiny import tiny_backbone, tiny_records
-    from tests.train.test_loop import reward_has_digit_char, tiny_config
+    from tests.train._tiny import tiny_config, tiny_trainer
 
-    cfg = tiny_config(rounds=rounds, checkpoint_every=1, keep_checkpoints=2)
-    return Trainer(
-        cfg,
-        run_dir,
-        backbone=tiny_backbone(),
-        records=tiny_records(),
-        reward_fn=reward_has_digit_char,
-        progress=False,
-    )
+    return tiny_trainer(tiny_config(rounds=rounds, checkpoint_every=1, keep_checkpoints=2), run_dir)
 
 
 if __name__ == "__main__":

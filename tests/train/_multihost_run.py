@@ -21,20 +21,11 @@ def main(argv: list[str]) -> int:
 
     from coevo_jax._config import apply_overrides, from_dict, to_dict
     from coevo_jax.train.config import TrainConfig
-    from coevo_jax.train.loop import Trainer
-    from tests.train._tiny import tiny_backbone, tiny_records
-    from tests.train.test_loop import reward_has_digit_char, tiny_config
+    from tests.train._tiny import tiny_config, tiny_trainer
 
     run_dir, rounds, overrides = argv[0], int(argv[1]), argv[2:]
     cfg = from_dict(TrainConfig, apply_overrides(to_dict(tiny_config(rounds=rounds)), overrides))
-    tr = Trainer(
-        cfg,
-        run_dir,
-        backbone=tiny_backbone(),
-        records=tiny_records(),
-        reward_fn=reward_has_digit_char,
-        progress=False,
-    )
+    tr = tiny_trainer(cfg, run_dir)
     for _ in range(rounds):
         tr.run_round()
     tr.save()

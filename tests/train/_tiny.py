@@ -1,9 +1,11 @@
-"""A tiny random Llama plus a character tokenizer, for fast closed-loop tests."""
+"""A tiny random Llama, a character tokenizer and a tiny loop config, for closed-loop tests."""
 
 import jax
 
+from coevo_jax._config import from_dict
 from coevo_jax.models import init_params
-from coevo_jax.train.loop import Backbone
+from coevo_jax.train.config import TrainConfig
+from coevo_jax.train.loop import Backbone, Trainer
 from tests.helpers import tiny_model_config
 
 VOCAB = 96  # ids 0..2 special, then printable ASCII from 32
@@ -47,3 +49,59 @@ def tiny_records(n: int = 12):
             }
         )
     return recs
+
+
+def tiny_config(**loop) -> TrainConfig:
+    """Two rank-2 agents, a small router, groups of 4 and 8 new tokens; 3 rounds of 4 queries.
+
+    ``loop`` overrides fields of the ``loop`` section (``rounds``, ``checkpoint_every``, ...).
+    """
+    return from_dict(
+        TrainConfig,
+        {
+            "lora": {"n_agents": 2, "rank": 2, "alpha": 4, "dropout": 0.0},
+            "rl": {
+                "learning_rate": 1e-2,
+                "warmup_steps": 0,
+                "decay_steps": 100,
+                "compute_dtype": "float32",
+                "remat": False,
+                "beta": 1e-3,
+            },
+            "router": {
+                "n_agents": 2,
+                "hidden": 16,
+                "out_dim": 8,
+                "max_prompt_tokens": 64,
+                "lr": 1e-2,
+            },
+            "data": {"max_input_tokens": 64},
+            "rollout": {"group_size": 4, "max_new_tokens": 8},
+            "loop": {
+                "rounds": 3,
+                "queries_per_round": 4,
+                "groups_per_step": 2,
+                "checkpoint_every": 0,
+                "plot_every": 0,
+                **loop,
+            },
+        },
+    )
+
+
+def reward_has_digit_char(records, completions, agents):
+    """Scripted reward with variance: 1 when the completion holds an even-coded character."""
+    return [float(any((ord(c) % 2 == 0) for c in text[:3])) for text in completions]
+
+
+def tiny_trainer(cfg: TrainConfig, run_dir, **kw) -> Trainer:
+    """A :class:`Trainer` of ``cfg`` in ``run_dir`` on the tiny backbone, its 12 records and
+    :func:`reward_has_digit_char`, without progress bars; ``kw`` replaces or adds any
+    ``Trainer`` argument (``records=``, ``engines=``, ``probe_records=`` ...)."""
+    if "backbone" not in kw:
+        kw["backbone"] = tiny_backbone()
+    if "records" not in kw:
+        kw["records"] = tiny_records()
+    kw.setdefault("reward_fn", reward_has_digit_char)
+    kw.setdefault("progress", False)
+    return Trainer(cfg, run_dir, **kw)

@@ -108,20 +108,11 @@ def test_no_groups_no_gap(model):
 
 
 def _loop_run(tmp_path, **rl):
-    from coevo_jax.train.loop import Trainer
-    from tests.train._tiny import tiny_backbone, tiny_records
-    from tests.train.test_loop import reward_has_digit_char, tiny_config
+    from tests.train._tiny import tiny_config, tiny_trainer
 
     cfg = tiny_config(rounds=2)
     cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, **rl))
-    tr = Trainer(
-        cfg,
-        tmp_path,
-        backbone=tiny_backbone(),
-        records=tiny_records(),
-        reward_fn=reward_has_digit_char,
-        progress=False,
-    )
+    tr = tiny_trainer(cfg, tmp_path)
     rows = tr.run()
     tr.close()
     return rows

@@ -5,23 +5,13 @@ import json
 import numpy as np
 import pytest
 
-from coevo_jax.train.loop import Trainer
-from tests.train._tiny import tiny_backbone, tiny_records
-from tests.train.test_loop import reward_has_digit_char, tiny_config
+from tests.train._tiny import tiny_config, tiny_records, tiny_trainer
 
 pytestmark = pytest.mark.slow  # each compiles the tiny loop: minutes on a shared CPU
 
 
 def _trainer(tmp_path, probe_records=None, **loop):
-    return Trainer(
-        tiny_config(**loop),
-        tmp_path,
-        backbone=tiny_backbone(),
-        records=tiny_records(),
-        reward_fn=reward_has_digit_char,
-        progress=False,
-        probe_records=probe_records,
-    )
+    return tiny_trainer(tiny_config(**loop), tmp_path, probe_records=probe_records)
 
 
 def test_an_agent_at_its_budget_is_not_routed_and_keeps_no_buffer(tmp_path):

@@ -118,22 +118,13 @@ def test_mesh_in_one_process_matches_no_mesh(tmp_path):
 
     from coevo_jax._config import from_dict, to_dict
     from coevo_jax.train.config import TrainConfig
-    from coevo_jax.train.loop import Trainer
-    from tests.train._tiny import tiny_backbone, tiny_records
-    from tests.train.test_loop import reward_has_digit_char, tiny_config
+    from tests.train._tiny import tiny_config, tiny_trainer
 
     base = to_dict(tiny_config(rounds=2))
     runs = {}
     for name, parallel in (("plain", {}), ("mesh", {"fsdp": -1})):
         cfg = from_dict(TrainConfig, {**base, "parallel": parallel})
-        tr = Trainer(
-            cfg,
-            tmp_path / name,
-            backbone=tiny_backbone(),
-            records=tiny_records(),
-            reward_fn=reward_has_digit_char,
-            progress=False,
-        )
+        tr = tiny_trainer(cfg, tmp_path / name)
         rows = [tr.run_round() for _ in range(2)]
         if name == "mesh":
             assert tr.mesh is not None and tr.mesh.size == jax.device_count()
