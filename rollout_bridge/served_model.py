@@ -12,6 +12,9 @@ import hashlib
 import os
 from pathlib import Path
 
+from coevo_jax import models
+from coevo_jax.models.hf_export import save_hf
+
 ENV_VAR = "COEVO_EXPORT_CACHE"
 
 
@@ -49,8 +52,6 @@ def served_model_dir(
     Raises:
       FileNotFoundError: ``path`` looks like a local file (``.gguf``) but does not exist.
     """
-    from coevo_jax import models
-
     if path == "default":
         path = models.default_model_path()
     p = Path(path).expanduser()
@@ -63,8 +64,6 @@ def served_model_dir(
     out = Path(cache or export_cache()) / f"{p.stem}-{file_digest(p)[:16]}"
     if (out / "config.json").is_file():
         return str(out)
-    from coevo_jax.models.hf_export import save_hf
-
     model, tok = models.load(str(p), progress=progress)
     out.parent.mkdir(parents=True, exist_ok=True)
     # save_hf writes atomically, so a crash mid-export leaves no half directory behind

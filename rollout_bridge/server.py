@@ -29,6 +29,7 @@ import time
 import uuid
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from fastapi import FastAPI, Request
@@ -36,6 +37,9 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from coevo_jax.models.config import ModelConfig
+from coevo_jax.models.decoder import init_params
+from coevo_jax.models.default import default_model_path
+from coevo_jax.models.loading import load
 from coevo_jax.models.sampler import GenerationResult
 from coevo_jax.models.sampler import generate as sample
 from rollout_bridge.batching import Batcher, Job
@@ -363,19 +367,15 @@ def create_app(backend: ServerBackend):
 
 def backend_from_args(args: argparse.Namespace) -> ServerBackend:
     """Builds the backend from ``--model``/``--random-config`` and the LoRA limits."""
-    import jax
-
-    from coevo_jax import models
-
     if args.random_config:
         with open(args.random_config) as f:
             cfg = ModelConfig.from_hf_dict(json.load(f), source=args.random_config)
-        params = models.init_params(cfg, jax.random.PRNGKey(args.seed))
+        params = init_params(cfg, jax.random.PRNGKey(args.seed))
         tokenizer = None
         name = args.served_model_name or "random"
     else:
-        path = args.model or str(models.default_model_path())
-        model, tokenizer = models.load(path)
+        path = args.model or str(default_model_path())
+        model, tokenizer = load(path)
         params, cfg = model.params, model.config
         name = args.served_model_name or (args.model or "SmolLM2-135M-Instruct")
     return ServerBackend(

@@ -1,4 +1,4 @@
-"""Text-level LLM calls over a rollout engine (``coevo_jax.orchestrators.llm.TextLLM``).
+"""Text-level LLM calls over a rollout engine (``coevo_jax.text_llm.TextLLM``).
 
 The orchestrators speak in user messages and agent names; this adapter applies the chat
 template, tokenises, calls the engine and decodes the completions.
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from coevo_jax.orchestrators.llm import TextRequest
+from coevo_jax.text_llm import TextRequest
 from rollout_bridge.engine import Engine, GenerationRequest
 
 

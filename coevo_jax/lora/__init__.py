@@ -2,7 +2,7 @@
 
 from coevo_jax.lora.config import LoRAConfig
 from coevo_jax.lora.init import AgentLoRA, init_lora, set_agent, stack, unstack
-from coevo_jax.lora.merge import export_merged, merge
+from coevo_jax.lora.merge import merge
 from coevo_jax.lora.peft_io import AdapterFormatError, export_peft, import_peft
 from coevo_jax.lora.weights import TARGET_MODULES, LoRAWeights, lora_delta
 
@@ -12,7 +12,6 @@ __all__ = [
     "AgentLoRA",
     "LoRAConfig",
     "LoRAWeights",
-    "export_merged",
     "export_peft",
     "import_peft",
     "init_lora",

@@ -32,9 +32,9 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import jax.numpy as jnp
 
-    from coevo_jax.lora.merge import export_merged
     from coevo_jax.lora.peft_io import AdapterFormatError, import_peft
     from coevo_jax.models.default import default_model_path
+    from coevo_jax.models.hf_export import export_merged
     from coevo_jax.models.loading import load
 
     progress = not args.no_progress and sys.stderr.isatty()

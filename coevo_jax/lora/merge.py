@@ -1,15 +1,13 @@
 """Folding one agent's adapter into the base weights (for users who want a plain model).
 
-``merge`` returns the merged params pytree; ``export_merged`` writes it as an HF model
-directory (``coevo_jax.models.hf_export.save_hf``) that transformers and vLLM serve with no
-LoRA support at all.
+``merge`` returns the merged params pytree. Writing it as an HF model directory that
+transformers and vLLM serve with no LoRA support is ``coevo_jax.models.export_merged``, which
+lives with the HF writer because ``lora`` sits below ``models`` (docs/design.md §1).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import jax.numpy as jnp
@@ -50,48 +48,3 @@ def merge(
     out = dict(base_params)
     out["layers"] = layers
     return out
-
-
-def export_merged(
-    base_params: Mapping[str, Any],
-    cfg: Any,
-    adapters: LoRAWeights | AgentLoRA,
-    agent_id: int | None,
-    out_dir: str | os.PathLike,
-    *,
-    dtype: Any = None,
-    tokenizer: Any = None,
-    max_shard_size: int | str = "2GB",
-    overwrite: bool = False,
-    progress: bool = True,
-) -> Path:
-    """Writes base + agent ``agent_id``'s adapter, merged, as an HF model directory.
-
-    ``transformers.AutoModelForCausalLM.from_pretrained(out_dir)`` then gives the logits of
-    our forward with ``lora=(adapters, [agent_id])`` (fp32: < 1e-4; tested per family).
-
-    Args:
-      base_params: decoder params (not modified).
-      cfg: their ``coevo_jax.models.ModelConfig``.
-      adapters: stacked ``LoRAWeights`` (``agent_id`` picks the slot) or one ``AgentLoRA``.
-      agent_id: the agent; None or 0 for a single ``AgentLoRA``.
-      out_dir, dtype, tokenizer, max_shard_size, overwrite, progress: as for
-        :func:`coevo_jax.models.hf_export.save_hf` (``dtype=None`` keeps the base dtype;
-        merging itself runs in fp32).
-
-    Returns:
-      ``Path(out_dir)``.
-    """
-    from coevo_jax.models.hf_export import save_hf
-
-    merged = merge(base_params, adapters, agent_id)
-    return save_hf(
-        merged,
-        cfg,
-        out_dir,
-        dtype=dtype,
-        tokenizer=tokenizer,
-        max_shard_size=max_shard_size,
-        overwrite=overwrite,
-        progress=progress,
-    )

@@ -2,7 +2,8 @@
 
 ``forward`` is the pure forward pass over a params pytree; ``Decoder`` the NNX module around
 it; ``load`` reads an HF directory or a GGUF file into ``(Decoder, Tokenizer | None)``;
-``save_hf`` writes params back as an HF directory.
+``save_hf`` writes params back as an HF directory; ``sharded_forward`` runs ``forward`` on a
+mesh.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from coevo_jax.models.decoder import (
     jit_forward,
     param_shapes,
 )
+from coevo_jax.models.sharded import sharded_forward
 
 __all__ = [
     "Decoder",
@@ -29,6 +31,7 @@ __all__ = [
     "ModelLoadError",
     "UnsupportedModelError",
     "default_model_path",
+    "export_merged",
     "forward",
     "init_params",
     "jit_forward",
@@ -36,6 +39,7 @@ __all__ = [
     "param_shapes",
     "save_hf",
     "hf_config_dict",
+    "sharded_forward",
 ]
 
 # Loading pulls in safetensors/tqdm and the GGUF reader; keep `import coevo_jax.models` light.
@@ -44,6 +48,7 @@ _LAZY = {
     "ModelLoadError": ("coevo_jax.models.hf_loader", "ModelLoadError"),
     "default_model_path": ("coevo_jax.models.default", "default_model_path"),
     "save_hf": ("coevo_jax.models.hf_export", "save_hf"),
+    "export_merged": ("coevo_jax.models.hf_export", "export_merged"),
     "hf_config_dict": ("coevo_jax.models.hf_export", "hf_config_dict"),
 }
 

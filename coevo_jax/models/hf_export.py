@@ -6,6 +6,7 @@ weights in HF's names and torch ``[out, in]`` layout (Phi-3's q/k/v and gate/up 
 ``model.safetensors`` or, past ``max_shard_size``, shards ``model-0000i-of-0000n.safetensors``
 with a ``model.safetensors.index.json``. Optionally the tokenizer (``tokenizer.json``,
 ``tokenizer_config.json`` with the chat template) and a ``generation_config.json``.
+``export_merged`` writes one agent's adapter folded into the base weights the same way.
 
 Hand-written rather than going through transformers' ``save_pretrained`` because this package
 never imports torch; safetensors writes the files. Tensors are produced one at a time and a
@@ -27,7 +28,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -37,6 +38,9 @@ import numpy as np
 from safetensors.numpy import save_file
 from tqdm.auto import tqdm
 
+from coevo_jax.lora.init import AgentLoRA
+from coevo_jax.lora.merge import merge
+from coevo_jax.lora.weights import LoRAWeights
 from coevo_jax.models.config import ModelConfig
 from coevo_jax.models.decoder import Params, param_shapes
 
@@ -481,3 +485,46 @@ def save_hf(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out_dir
+
+
+def export_merged(
+    base_params: Mapping[str, Any],
+    cfg: Any,
+    adapters: LoRAWeights | AgentLoRA,
+    agent_id: int | None,
+    out_dir: str | os.PathLike,
+    *,
+    dtype: Any = None,
+    tokenizer: Any = None,
+    max_shard_size: int | str = "2GB",
+    overwrite: bool = False,
+    progress: bool = True,
+) -> Path:
+    """Writes base + agent ``agent_id``'s adapter, merged, as an HF model directory.
+
+    ``transformers.AutoModelForCausalLM.from_pretrained(out_dir)`` then gives the logits of
+    our forward with ``lora=(adapters, [agent_id])`` (fp32: < 1e-4; tested per family).
+
+    Args:
+      base_params: decoder params (not modified).
+      cfg: their ``coevo_jax.models.ModelConfig``.
+      adapters: stacked ``LoRAWeights`` (``agent_id`` picks the slot) or one ``AgentLoRA``.
+      agent_id: the agent; None or 0 for a single ``AgentLoRA``.
+      out_dir, dtype, tokenizer, max_shard_size, overwrite, progress: as for
+        :func:`save_hf` (``dtype=None`` keeps the base dtype;
+        merging itself runs in fp32).
+
+    Returns:
+      ``Path(out_dir)``.
+    """
+    merged = merge(base_params, adapters, agent_id)
+    return save_hf(
+        merged,
+        cfg,
+        out_dir,
+        dtype=dtype,
+        tokenizer=tokenizer,
+        max_shard_size=max_shard_size,
+        overwrite=overwrite,
+        progress=progress,
+    )

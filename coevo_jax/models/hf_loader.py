@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 from coevo_jax._errors import UserError
 from coevo_jax.models.config import ModelConfig
 from coevo_jax.models.decoder import Params, param_shapes
+from coevo_jax.parallel.rules import param_shardings, place
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -190,8 +191,6 @@ def load_hf_params(
 
     shardings = None
     if mesh is not None:
-        from coevo_jax.parallel.rules import param_shardings
-
         shardings = param_shardings(
             jax.tree.map(np.empty, shapes, is_leaf=lambda s: isinstance(s, tuple)), mesh
         )
@@ -199,8 +198,6 @@ def load_hf_params(
     def put(host: np.ndarray, sharding: Any) -> jax.Array:
         if sharding is None:
             return jax.device_put(host)
-        from coevo_jax.parallel.rules import place
-
         return place(host, sharding)
 
     def top(name: str, reader: Callable[[], np.ndarray]) -> jax.Array:

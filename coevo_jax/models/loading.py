@@ -9,8 +9,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from coevo_jax.models.config import ModelConfig
 from coevo_jax.models.decoder import Decoder
 from coevo_jax.models.hf_loader import ModelLoadError, load_hf_params, read_config
+from coevo_jax.parallel.rules import shard_params
 
 
 def _hf_tokenizer(model_dir: Path) -> Any:
@@ -66,10 +68,8 @@ def load(
         # whole on the default device first.
         import numpy as np
 
-        from coevo_jax.models.config import ModelConfig
         from coevo_jax.models.gguf import load_gguf_arrays
         from coevo_jax.models.tokenizer import Tokenizer
-        from coevo_jax.parallel.rules import shard_params
 
         hf_cfg, arrays, meta = load_gguf_arrays(p, dtype=np.dtype(dtype))
         cfg = ModelConfig.from_hf_dict(hf_cfg, source=os.fspath(p))

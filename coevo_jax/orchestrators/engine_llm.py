@@ -7,8 +7,8 @@
 
 The context length comes from the model config (``max_position_embeddings``, GGUF
 ``context_length``) and becomes ``EngineTextLLM.context_length``, so every prompt is checked
-against it. ``rollout_bridge`` is imported lazily: ``coevo_jax`` does not depend on it at
-import time (docs/design.md §1).
+against it. The orchestrators sit above ``rollout_bridge`` (docs/design.md §1), so this module
+imports it directly; only the CLIs import this module, when a command runs.
 """
 
 from __future__ import annotations
@@ -19,6 +19,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from coevo_jax.models.config import ModelConfig
+from coevo_jax.models.default import default_model_path
+from coevo_jax.models.gguf import hf_config_from_metadata, read_metadata
+from coevo_jax.models.hf_loader import read_config
+from coevo_jax.models.loading import load
+from coevo_jax.models.tokenizer import Tokenizer
+from rollout_bridge.http_engine import HTTPEngine
+from rollout_bridge.local_engine import InProcessEngine
+from rollout_bridge.text import EngineTextLLM
+
 
 def load_tokenizer_and_config(path: str | os.PathLike) -> tuple[Any, Any]:
     """``(Tokenizer | None, ModelConfig)`` of an HF directory or a ``.gguf``, without weights.
@@ -27,21 +37,14 @@ def load_tokenizer_and_config(path: str | os.PathLike) -> tuple[Any, Any]:
       FileNotFoundError: ``path`` does not exist.
       ValueError: not an HF directory / GGUF, or unreadable metadata.
     """
-    from coevo_jax.models.config import ModelConfig
-    from coevo_jax.models.tokenizer import Tokenizer
-
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"model path not found: {p}")
     if p.name == "config.json":
         p = p.parent
     if p.is_dir():
-        from coevo_jax.models.hf_loader import read_config
-
         return Tokenizer.from_hf_dir(str(p)), read_config(p)
     if p.suffix == ".gguf":
-        from coevo_jax.models.gguf import hf_config_from_metadata, read_metadata
-
         meta = read_metadata(p)
         # Whether embeddings are tied does not matter without weights.
         hf = hf_config_from_metadata(meta, tied=True, source=os.fspath(p))
@@ -75,23 +78,11 @@ def engine_text_llm(
     if engine == "http" and not url:
         raise SystemExit(f"{prog}: --engine http needs --url")
     try:
-        from rollout_bridge.text import EngineTextLLM
-    except ImportError as e:
-        raise SystemExit(
-            f"{prog}: the rollout bridge's text adapter (rollout_bridge.text.EngineTextLLM) is "
-            f"not available in this build ({e}). Install the full project, or use the Python "
-            "API with your own TextLLM."
-        ) from e
-    from coevo_jax.models.default import default_model_path
-
-    try:
         path = model or default_model_path()
         if engine == "http":
             tok, cfg = load_tokenizer_and_config(path)
             decoder = None
         else:
-            from coevo_jax.models import load
-
             decoder, tok = load(path)
             cfg = decoder.config
     except (FileNotFoundError, ValueError) as e:
@@ -99,14 +90,10 @@ def engine_text_llm(
     if tok is None:
         raise SystemExit(f"{prog}: {path} has no tokenizer; the orchestrators need a chat template")
     if engine == "inprocess":
-        from rollout_bridge.local_engine import InProcessEngine
-
         eng = InProcessEngine(
             decoder.params, cfg, None, eos_ids=tok.eos_token_ids, pad_id=tok.pad_token_id
         )
     else:
-        from rollout_bridge.http_engine import HTTPEngine
-
         eng = HTTPEngine(
             url,
             base_model=served_model_name or model or "SmolLM2-135M-Instruct",

@@ -24,6 +24,10 @@ import dataclasses
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
+from coevo_jax.rewards import code, ifeval, score
+from coevo_jax.rewards.qa import normalize_answer, token_f1
+from coevo_jax.rewards.reasoning import normalize
+
 METRICS = ("pass@1", "exact_match", "f1", "if_strict", "reward")
 METRIC_LABELS = {
     "pass@1": "pass@1 (all tests)",
@@ -102,6 +106,9 @@ def metric_of(record: Mapping[str, Any]) -> str:
 
 
 def _final_answer(text: str) -> str:
+    # Imported here, not at the top: evochamber's package import loads this module (loop ->
+    # scoring), so a module-level import of evochamber.prompts would be a cycle inside
+    # ``orchestrators``.
     from coevo_jax.orchestrators.evochamber.prompts import last_boxed
 
     boxed = last_boxed(text or "")
@@ -122,8 +129,6 @@ def task_outcome(
     metric = metric_of(record)
     text = completion or ""
     if metric == "f1":
-        from coevo_jax.rewards.qa import normalize_answer, token_f1
-
         gold = _get(record, "true_answer")
         if gold is None or gold == "" or gold == []:
             raise ValueError(f"QA record {_get(record, 'id')!r}: field 'true_answer' is missing")
@@ -131,8 +136,6 @@ def task_outcome(
         f1 = token_f1(pred, gold)
         return Outcome("f1", f1, f1, normalize_answer(pred) or None)
     if metric == "pass@1":
-        from coevo_jax.rewards import code
-
         tests = _get(record, "test_cases") or {}
         try:
             verdicts, _ = code.score_detailed(
@@ -146,16 +149,11 @@ def task_outcome(
         has_code = bool(text.strip())
         return Outcome("pass@1", float(solved), frac, tuple(verdicts) if has_code else None)
     if metric == "if_strict":
-        from coevo_jax.rewards import ifeval
-
         ids = list(_get(record, "instruction_id_list") or [])
         kwargs = [dict(k or {}) for k in (_get(record, "kwargs") or [])]
         frac = float(ifeval.score(text, ids, kwargs, strict=False))
         strict = float(ifeval.score(text, ids, kwargs, strict=True))
         return Outcome("if_strict", strict, frac, None)
-    from coevo_jax.rewards import score
-    from coevo_jax.rewards.reasoning import normalize
-
     em = float(score(record, text))
     boxed = _final_answer(text) if "\\boxed" in text else ""
     return Outcome("exact_match", em, em, normalize(boxed) or None)

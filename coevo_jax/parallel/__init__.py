@@ -1,6 +1,9 @@
-"""Meshes with axes (data, fsdp, tensor), parameter partition rules, sharded forward, multi-host start."""
+"""Meshes with axes (data, fsdp, tensor), parameter partition rules, multi-host start.
 
-from coevo_jax.parallel.forward import sharded_forward
+The sharded forward pass is ``coevo_jax.models.sharded_forward``: it needs the decoder, and
+``parallel`` sits below ``models`` (docs/design.md §1).
+"""
+
 from coevo_jax.parallel.mesh import AXES, initialize_distributed, make_mesh
 from coevo_jax.parallel.rules import (
     LORA_RULES,
@@ -32,6 +35,5 @@ __all__ = [
     "place",
     "shard_lora",
     "shard_params",
-    "sharded_forward",
     "spec_for",
 ]

@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from coevo_jax.lora import AgentLoRA, LoRAConfig, export_merged, init_lora, merge, unstack
-from coevo_jax.models import ModelConfig
+from coevo_jax.lora import AgentLoRA, LoRAConfig, init_lora, merge, unstack
+from coevo_jax.models import ModelConfig, export_merged
 from coevo_jax.models.decoder import jit_forward
 from coevo_jax.models.hf_loader import load_hf_params
 from tests.models._params import numpy_params as _base

@@ -17,11 +17,13 @@ def test_http_engine_loads_only_the_tokenizer(monkeypatch, tmp_path):
     path = _default_model()
     import coevo_jax.models.gguf as gguf
     import coevo_jax.models.loading as loading
+    from coevo_jax.orchestrators import engine_llm
 
     def no_weights(*a, **k):
         raise AssertionError("weights were loaded for --engine http")
 
     monkeypatch.setattr(loading, "load", no_weights)
+    monkeypatch.setattr(engine_llm, "load", no_weights)
     monkeypatch.setattr(gguf, "load_gguf", no_weights)
     monkeypatch.setattr(gguf, "load_gguf_arrays", no_weights)
     from coevo_jax.orchestrators.evochamber.cli import make_llm

@@ -2,7 +2,7 @@
 
 import pytest
 
-from coevo_jax.orchestrators.llm import TextRequest
+from coevo_jax.text_llm import TextRequest
 from rollout_bridge.engine import Trajectory
 from rollout_bridge.text import EngineTextLLM, PromptTooLongError
 

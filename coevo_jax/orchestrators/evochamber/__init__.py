@@ -1,5 +1,5 @@
 """EvoChamber (docs/design.md §7): test-time co-evolution of an agent pool at individual, team and
-population scales, over any :class:`coevo_jax.orchestrators.llm.TextLLM`.
+population scales, over any :class:`coevo_jax.text_llm.TextLLM`.
 
 Modules: ``config`` (the config), ``state`` (state as data + pure updates + replay), ``team``
 (eqs. 3-5), ``leadlearn`` (structure choice), ``structures`` (the four protocols),

@@ -16,8 +16,8 @@ import numpy as np
 
 from coevo_jax.orchestrators.evochamber.config import EvoChamberConfig
 from coevo_jax.orchestrators.evochamber.prompts import answer_key, plurality, task_prompt
-from coevo_jax.orchestrators.llm import TextLLM, TextRequest
 from coevo_jax.orchestrators.scoring import as_outcome
+from coevo_jax.text_llm import TextLLM, TextRequest
 
 BASELINE_AGENT = "baseline"
 

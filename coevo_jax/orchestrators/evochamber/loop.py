@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from coevo_jax._config import to_dict
 from coevo_jax.orchestrators.evochamber import archive, codream, leadlearn
 from coevo_jax.orchestrators.evochamber.config import EvoChamberConfig
 from coevo_jax.orchestrators.evochamber.embed import Embedder
@@ -45,8 +46,8 @@ from coevo_jax.orchestrators.evochamber.state import (
 )
 from coevo_jax.orchestrators.evochamber.structures import Caller, MemberContext, run_structure
 from coevo_jax.orchestrators.evochamber.team import select_team
-from coevo_jax.orchestrators.llm import TextLLM
-from coevo_jax.orchestrators.scoring import Outcome, as_outcome
+from coevo_jax.orchestrators.scoring import Outcome, as_outcome, task_outcome
+from coevo_jax.text_llm import TextLLM
 
 RewardFn = Callable[[Mapping[str, Any], str], "Outcome | float"]
 REQUIRED_KEYS = ("id", "problem", "niche")
@@ -54,8 +55,6 @@ REQUIRED_KEYS = ("id", "problem", "niche")
 
 def default_reward_fn() -> RewardFn:
     """:func:`coevo_jax.orchestrators.scoring.task_outcome` (the seed's metrics)."""
-    from coevo_jax.orchestrators.scoring import task_outcome
-
     return task_outcome
 
 
@@ -310,7 +309,6 @@ def run_stream(
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        from coevo_jax._config import to_dict
 
         (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
     events_log = _Log(out / "events.jsonl" if out else None)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from coevo_jax.orchestrators.evochamber.prompts import last_boxed
-from coevo_jax.orchestrators.llm import TextRequest
+from coevo_jax.text_llm import TextRequest
 
 
 def make_records(niches: Sequence[str], per_niche: int, *, interleave: bool = True) -> list[dict]:

@@ -38,7 +38,7 @@ from coevo_jax.orchestrators.evochamber.prompts import (
     plurality,
     task_prompt,
 )
-from coevo_jax.orchestrators.llm import TextLLM, TextRequest
+from coevo_jax.text_llm import TextLLM, TextRequest
 
 _ITEM = re.compile(r"^\s*(?:\d+\s*[.):]|[-*•]|step\s*\d+\s*[:.)])\s*(.+?)\s*$", re.I | re.M)
 

@@ -13,7 +13,7 @@ from collections import Counter
 
 from coevo_jax.orchestrators.flyroute.config import FlyRouteConfig
 from coevo_jax.orchestrators.flyroute.profiles import LearnedVersion, Profile, ProfileStore
-from coevo_jax.orchestrators.llm import TextLLM, TextRequest
+from coevo_jax.text_llm import TextLLM, TextRequest
 
 DISTILL_TAG = "flyroute.distill"
 

@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from coevo_jax.orchestrators.flyroute.query import Query
-from coevo_jax.orchestrators.llm import TextLLM, TextRequest
+from coevo_jax.orchestrators.scoring import task_outcome
+from coevo_jax.text_llm import TextLLM, TextRequest
 
 JUDGE_TAG = "flyroute.judge"
 
@@ -251,7 +252,6 @@ def verifier_from_records(
         reward's partial credit: a program passing half its tests is not a success.
     """
     if score_fn is None:
-        from coevo_jax.orchestrators.scoring import task_outcome
 
         def score_fn(rec: Any, completion: str) -> float:
             return task_outcome(rec, completion).score

@@ -20,7 +20,7 @@ from coevo_jax.orchestrators.flyroute.gate import Gate, GateItem, GateResult, Ju
 from coevo_jax.orchestrators.flyroute.profiles import ProfileStore
 from coevo_jax.orchestrators.flyroute.query import Query
 from coevo_jax.orchestrators.flyroute.retrieval import ProfileRetriever
-from coevo_jax.orchestrators.llm import TextLLM, TextRequest
+from coevo_jax.text_llm import TextLLM, TextRequest
 
 AGENT_TAG = "flyroute.agent"
 

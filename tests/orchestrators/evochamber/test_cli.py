@@ -1,6 +1,5 @@
 import argparse
 import json
-import sys
 
 import pytest
 
@@ -45,10 +44,7 @@ def test_register_parses_the_documented_flags():
         parser().parse_args(["evochamber", "--stream", "nope", "--out", "o"])
 
 
-def test_missing_bridge_gives_a_clear_error(monkeypatch):
-    monkeypatch.setitem(sys.modules, "rollout_bridge.text", None)  # import fails
-    with pytest.raises(SystemExit, match="rollout_bridge.text.EngineTextLLM"):
-        cli.make_llm("inprocess", None, None, 0)
+def test_http_without_url_gives_a_clear_error():
     with pytest.raises(SystemExit, match="needs --url"):
         cli.make_llm("http", None, None, 0)
 
@@ -115,7 +111,7 @@ def test_main_end_to_end_with_a_scripted_bridge(tmp_path, monkeypatch, capsys):
 
 
 def test_shared_backbone_maps_every_agent_to_the_base_model():
-    from coevo_jax.orchestrators.llm import TextRequest
+    from coevo_jax.text_llm import TextRequest
 
     class Echo:
         def complete(self, reqs):

@@ -14,7 +14,7 @@ from coevo_jax.orchestrators.flyroute.distill import DISTILL_TAG
 from coevo_jax.orchestrators.flyroute.exploit import ROUTER_TAG
 from coevo_jax.orchestrators.flyroute.gate import JUDGE_TAG
 from coevo_jax.orchestrators.flyroute.pipeline import AGENT_TAG
-from coevo_jax.orchestrators.llm import TextRequest
+from coevo_jax.text_llm import TextRequest
 
 # topic keyword -> the agent that answers it well
 TOPICS = {

@@ -85,11 +85,3 @@ def test_errors_are_clear(tmp_path, records):
                 FACTORY,
             ]
         )
-
-
-def test_engine_llm_without_bridge_says_so(monkeypatch):
-    import sys
-
-    monkeypatch.setitem(sys.modules, "rollout_bridge.text", None)  # import fails
-    with pytest.raises(SystemExit, match="rollout_bridge.text.EngineTextLLM"):
-        cli.make_llm("engine", model=None, agents=["a"])

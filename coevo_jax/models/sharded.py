@@ -1,5 +1,7 @@
 """The decoder forward pass on a mesh.
 
+It lives in ``models`` (not ``parallel``) because it needs the decoder, while ``parallel``
+holds only the mesh and the partition rules, which the model loaders use (docs/design.md §1).
 GSPMD does the partitioning: parameters carry the shardings of ``rules.PARAM_RULES``, the
 batch is split over ``data`` x ``fsdp``, and ``jit`` propagates those through the same
 ``coevo_jax.models.forward`` the single-device path runs, so both compute the same function.

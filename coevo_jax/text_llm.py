@@ -1,9 +1,10 @@
-"""The text-level LLM interface shared by the test-time orchestrators.
+"""The text-level LLM interface: "agent X, answer this prompt".
 
-EvoChamber and FlyRoute only need "agent X, answer this prompt". They take any object that
-satisfies :class:`TextLLM`; ``rollout_bridge.text.EngineTextLLM`` implements it over a rollout
-engine plus a tokenizer (chat template applied there), and tests use scripted stand-ins. This
-keeps ``coevo_jax`` free of ``rollout_bridge`` imports (docs/design.md §1).
+The test-time orchestrators (EvoChamber, FlyRoute) take any object that satisfies
+:class:`TextLLM`; ``rollout_bridge.text.EngineTextLLM`` implements it over a rollout engine
+plus a tokenizer (chat template applied there), and tests use scripted stand-ins. It sits in
+the bottom layer (docs/design.md §1) so that both ``rollout_bridge`` and the orchestrators
+can import it without either depending on the other's internals.
 
 A TextLLM may also offer ``count_tokens(prompt) -> int`` and ``prompt_budget(max_tokens) ->
 int | None`` (``EngineTextLLM`` does, from the model's context length). Callers that build

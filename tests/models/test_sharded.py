@@ -1,4 +1,4 @@
-"""coevo_jax.parallel.forward: the sharded forward equals the single-device one on 8 fake devices."""
+"""coevo_jax.models.sharded: the sharded forward equals the single-device one on 8 fake devices."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from coevo_jax.lora.weights import TARGET_MODULES, LoRAWeights
-from coevo_jax.models import KVCache, init_params, jit_forward
-from coevo_jax.parallel import make_mesh, shard_params, sharded_forward
+from coevo_jax.models import KVCache, init_params, jit_forward, sharded_forward
+from coevo_jax.parallel import make_mesh, shard_params
 from tests.helpers import tiny_model_config
 
 CFG = tiny_model_config("qwen3")
