@@ -17,9 +17,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from coevo_jax import data, models
+from coevo_jax.data.templates import render_chat
 from coevo_jax.lora import init_lora, unstack
 from coevo_jax.rl.train_step import PolicyState, init_policy_state, make_policy_step
 from coevo_jax.train.config import ModelSpec, TrainConfig
+from rollout_bridge.http_engine import HTTPEngine
+from rollout_bridge.launcher import launch_vllm
+from rollout_bridge.local_engine import InProcessEngine
 
 
 @dataclasses.dataclass
@@ -33,8 +38,6 @@ class Backbone:
 
 def load_backbone(spec: ModelSpec) -> Backbone:
     """Loads ``spec`` (``path: default`` = the embedded SmolLM2 GGUF)."""
-    from coevo_jax import models
-
     path = models.default_model_path() if spec.path == "default" else spec.path
     model, tokenizer = models.load(path, dtype=jnp.dtype(spec.dtype))
     if tokenizer is None:
@@ -45,8 +48,6 @@ def load_backbone(spec: ModelSpec) -> Backbone:
 def load_records(cfg: TrainConfig, run_dir: Path) -> list[Any]:
     """The training records: ``data.path`` (a ``coevo data build`` directory or a JSONL file),
     else the ``data.mixture`` built into ``run_dir/data`` (once; reused on resume)."""
-    from coevo_jax import data
-
     path = Path(cfg.data.path) if cfg.data.path else run_dir / "data"
     if cfg.data.path is None and not (path / "manifest.json").is_file():
         built = data.build_mixture(cfg.data.mixture, seed=cfg.loop.seed, progress=True)
@@ -127,8 +128,6 @@ class AgentGroup:
 
     def prompt(self, records: Sequence[Any], idx: int, max_input_tokens: int) -> list[int]:
         if idx not in self.prompts:
-            from coevo_jax.data.templates import render_chat
-
             self.prompts[idx] = render_chat(records[idx], self.backbone.tokenizer, max_input_tokens)
         return self.prompts[idx]
 
@@ -176,8 +175,6 @@ def make_engine(
     """
     tok = group.backbone.tokenizer
     if cfg.rollout.engine == "inprocess":
-        from rollout_bridge.local_engine import InProcessEngine
-
         # The engine keeps its own copy: the policy step donates (and so frees) the state's.
         return InProcessEngine(
             group.backbone.params,
@@ -186,8 +183,6 @@ def make_engine(
             eos_ids=tok.eos_token_ids,
             pad_id=tok.pad_token_id,
         )
-    from rollout_bridge.http_engine import HTTPEngine
-
     spec = cfg.model if cfg.setting == "homogeneous" else cfg.agent_models[index]
     adapter_dir = Path(cfg.rollout.adapter_dir or run_dir / "adapters") / f"group{index}"
     kw = dict(eos_ids=tok.eos_token_ids, family=group.backbone.cfg.family)
@@ -217,8 +212,6 @@ def _lora_slots(cfg: TrainConfig, spec: ModelSpec) -> int:
 
 
 def _start_vllm(cfg: TrainConfig, spec: ModelSpec, k: int, run_dir: Path) -> Any:
-    from rollout_bridge.launcher import launch_vllm
-
     ro = cfg.rollout
     log = Path(run_dir) / f"vllm-server{k}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
