@@ -21,10 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from coevo_jax._config import from_dict
+from coevo_jax.data import read_records
 from coevo_jax.eval import stats
 from coevo_jax.eval.collect import collect
 from coevo_jax.eval.methods import compare_to_reference, method_outcomes, sources, summarise
 from coevo_jax.eval.report import METRICS, write_report
+from coevo_jax.train.checkpoint import latest_checkpoint
+from coevo_jax.train.config import TrainConfig
+from coevo_jax.train.loop import Trainer
 
 SUITES = {"cpu": ("eval_id", "eval_ood"), "id": ("eval_id",), "ood": ("eval_ood",)}
 ALL_BASELINES = ("base", "single", "uniform_vote", "random", "top", "oracle")
@@ -51,8 +55,6 @@ def suite_records(data_dir: Path, suite: str, limit: int | None = None) -> list[
     build``): ``eval_id.jsonl`` and/or ``eval_ood.jsonl``. ``limit`` keeps the first
     ``limit`` records of each dataset (source), so a short evaluation still covers every one.
     """
-    from coevo_jax.data import read_records
-
     if suite not in SUITES:
         path = Path(suite)
         if not path.is_file():
@@ -219,10 +221,6 @@ def evaluate_run(
     Only ``run_dir/eval/`` is written. ``backbone`` / ``agent_backbones`` stand in for the
     config's models (tests); ``kw`` goes to :func:`evaluate_trainer`.
     """
-    from coevo_jax.train.checkpoint import latest_checkpoint
-    from coevo_jax.train.config import TrainConfig
-    from coevo_jax.train.loop import Trainer
-
     run_dir = Path(run_dir)
     cfg_path = run_dir / "config.json"
     if not cfg_path.is_file():
