@@ -51,6 +51,16 @@ CASES = {
         "coevo data show: No such file or directory: /nonexistent.jsonl",
         None,
     ),
+    "data show malformed line": (
+        ["data", "show", "{tmp}/bad.jsonl"],
+        "coevo data show: {tmp}/bad.jsonl:1: record 'x' field 'source': missing",
+        None,
+    ),
+    "train unknown mixture": (
+        ["train", "data.mixture=nosuch"],
+        "coevo train: unknown mixture 'nosuch'; known: cpu, paper, reference",
+        None,
+    ),
     "data build unknown source": (
         ["data", "build", "--mixture", "paper", "--out", "{tmp}/d", "--local", "nosuch=/x"],
         "coevo data build: --local: unknown source 'nosuch'; known: agieval,",
@@ -96,6 +106,8 @@ CASES = {
 def test_user_error_is_one_line_and_exit_2(name, capsys, tmp_path):
     argv, prefix, contains = CASES[name]
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    prefix = prefix.replace("{tmp}", str(tmp_path))
+    (tmp_path / "bad.jsonl").write_text('{"id": "x"}\n')  # a record with no source
     assert cli.main(argv) == 2
     out, err = capsys.readouterr()
     assert out == "" or "Traceback" not in out

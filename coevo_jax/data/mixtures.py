@@ -44,6 +44,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from coevo_jax._errors import UserError
 from coevo_jax.data.jsonl import dumps_records, read_records
 from coevo_jax.data.record import Record
 from coevo_jax.data.sources import SOURCES, LoadReport, load_source
@@ -53,6 +54,11 @@ HELDOUT_SALT = "coevo-data-split-v1"
 ROLES = ("train", "eval_id", "eval_ood")
 Role = Literal["train", "eval_id", "eval_ood"]
 Part = Literal["train", "heldout", "all"]
+
+
+class MixtureError(UserError, ValueError):
+    """A mixture the user named does not exist, or its sources cannot fill it (a take asks for
+    more records than its pool holds, e.g. a ``--local`` file that is too small)."""
 
 
 def split_value(record_id: str) -> float:
@@ -315,7 +321,7 @@ def build_mixture(
     """
     if isinstance(spec, str):
         if spec not in MIXTURES:
-            raise KeyError(f"unknown mixture {spec!r}; known: {sorted(MIXTURES)}")
+            raise MixtureError(f"unknown mixture {spec!r}; known: {', '.join(sorted(MIXTURES))}")
         spec = MIXTURES[spec]
     seed = spec.default_seed if seed is None else seed
     loader = loader or (offline_loader if spec.offline else hub_loader())
@@ -347,7 +353,7 @@ def build_mixture(
             got = list(pool)
         else:
             if take.count > len(pool):
-                raise ValueError(
+                raise MixtureError(
                     f"mixture {spec.name!r}: {take.source} ({split}, part {take.part}"
                     f"{', filter ' + take.filter if take.filter else ''}) has {len(pool)} "
                     f"records, {take.count} requested"

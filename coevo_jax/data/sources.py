@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from coevo_jax._errors import UserError
 from coevo_jax.data.converters import CONVERTERS, ConversionError
 from coevo_jax.data.jsonl import iter_rows
 from coevo_jax.data.record import Record, RecordError
@@ -141,6 +142,11 @@ def subset_from_path(path: Path, root: Path | None = None) -> str:
     return "/".join(parts)
 
 
+class SourceUnavailableError(UserError, RuntimeError):
+    """A source cannot be read from the hub here (no ``datasets`` package, no network, no hub
+    copy); the message names the ``--local`` files to pass instead."""
+
+
 def _local_rows(
     files: Sequence[str | os.PathLike],
     on_error: Literal["raise", "skip"],
@@ -162,17 +168,19 @@ def _hf_rows(spec: SourceSpec, split: str) -> Iterator[tuple[str, int, dict, str
     try:
         import datasets  # lazy: only online users need it
     except ImportError as e:
-        raise ImportError(
+        raise SourceUnavailableError(
             f"loading {spec.name!r} from the hub needs `pip install datasets`; "
-            "offline, pass local files instead"
+            f"offline, pass local files (coevo data build --local {spec.name}=PATH)"
         ) from e
     if not spec.hf:
-        raise ValueError(f"source {spec.name!r} has no hub copy; pass local files ({spec.note})")
+        raise SourceUnavailableError(
+            f"source {spec.name!r} has no hub copy; pass local files ({spec.note})"
+        )
     for path, config, subset in spec.hf:
         try:
             ds = datasets.load_dataset(path, config, split=split)
         except Exception as e:  # network, auth, missing config: all mean "use local files"
-            raise RuntimeError(
+            raise SourceUnavailableError(
                 f"could not load {path}" + (f"[{config}]" if config else "") + f":{split} from "
                 f"the HF hub ({type(e).__name__}: {e}); offline, pass local files "
                 f"(coevo data build --local {spec.name}=PATH)"

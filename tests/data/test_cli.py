@@ -38,21 +38,32 @@ def test_build_and_show(tmp_path, capsys):
     assert shown.count("=== ") == 2 and "\\boxed{XX}" in shown
 
 
-def test_show_reports_malformed_lines(tmp_path, capsys):
+def test_show_stops_at_a_malformed_line_with_one_line(tmp_path, capsys):
+    good = {
+        "id": "g",
+        "source": "s",
+        "split": "test",
+        "class": "math",
+        "problem": "What is 1 + 1?",
+        "true_answer": "2",
+    }
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"id": "x"}\n')
-    assert cli.main(["show", str(bad)]) == 1
+    bad.write_text(json.dumps(good) + '\n{"id": "x"}\n')
+    assert cli.main(["show", str(bad)]) == 2
+    out, err = capsys.readouterr()
+    assert json.loads(out)["id"] == "g"  # the good record before it is shown
+    assert err == f"coevo data show: {bad}:2: record 'x' field 'source': missing\n"
+
+
+def test_paper_without_datasets_or_files_fails_with_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "datasets", None)  # import fails
+    assert cli.main(["build", "--mixture", "paper", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert err[-1] == f"malformed: {bad}:1: record 'x' field 'source': missing"
-
-
-def test_paper_without_network_or_files_fails_cleanly(tmp_path, capsys, monkeypatch):
-    def no_hub(*a, **k):
-        raise ImportError("loading 'math' from the hub needs `pip install datasets`")
-
-    monkeypatch.setattr("coevo_jax.data.sources._hf_rows", no_hub)
-    assert cli.main(["build", "--mixture", "paper", "--out", str(tmp_path)]) == 1
-    assert "pip install datasets" in capsys.readouterr().err
+    assert err[-1].startswith("coevo data build: loading '"), err
+    assert err[-1].endswith(
+        " from the hub needs `pip install datasets`; offline, pass local "
+        "files (coevo data build --local " + err[-1].split("'")[1] + "=PATH)"
+    )
 
 
 def test_local_flag_validation():
