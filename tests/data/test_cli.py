@@ -28,9 +28,15 @@ def test_build_and_show(tmp_path, capsys):
     out = tmp_path / "cpu"
     assert cli.main(["build", "--mixture", "cpu", "--out", str(out)]) == 0
     printed = capsys.readouterr()
-    assert "train.jsonl" in printed.out and "mixture cpu" in printed.err  # tqdm bar on stderr
+    assert "mixture cpu" in printed.err  # tqdm bar on stderr
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["mixture"] == "cpu" and manifest["seed"] == 42
+    # stdout: where it wrote, then one line per file with the manifest's record count
+    lines = printed.out.splitlines()
+    assert lines[0] == f"wrote {out} (seed 42)"
+    counts = {ln.split()[0]: int(ln.split()[1]) for ln in lines[1:]}
+    assert counts == {name: info["records"] for name, info in manifest["files"].items()}
+    assert set(counts) == {"train.jsonl", "eval_id.jsonl", "eval_ood.jsonl"}
     assert (
         cli.main(["show", str(out / "train.jsonl"), "-n", "2", "--class", "math", "--prompt"]) == 0
     )
