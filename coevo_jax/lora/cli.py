@@ -32,28 +32,27 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import jax.numpy as jnp
 
-    from coevo_jax.lora.peft_io import AdapterFormatError, import_peft
+    from coevo_jax.lora.peft_io import import_peft
     from coevo_jax.models.default import default_model_path
     from coevo_jax.models.hf_export import export_merged
     from coevo_jax.models.loading import load
 
     progress = not args.no_progress and sys.stderr.isatty()
-    try:
-        model, tokenizer = load(args.model or default_model_path(), progress=progress)
-        adapter = import_peft(args.adapter)
-        out = export_merged(
-            model.params,
-            model.config,
-            adapter,
-            None,
-            args.out,
-            dtype=jnp.dtype(args.dtype),
-            tokenizer=tokenizer,
-            overwrite=args.overwrite,
-            progress=progress,
-        )
-    except (FileNotFoundError, FileExistsError, ValueError, AdapterFormatError) as e:
-        print(f"coevo merge: {e}", file=sys.stderr)
-        return 2
+    # A missing path, an --out in use, a file that is no adapter or no model are user errors
+    # (PATH_ERRORS, AdapterFormatError, ModelLoadError): `coevo` prints them as one line and
+    # exits 2. Anything else is a bug and keeps its traceback.
+    model, tokenizer = load(args.model or default_model_path(), progress=progress)
+    adapter = import_peft(args.adapter)
+    out = export_merged(
+        model.params,
+        model.config,
+        adapter,
+        None,
+        args.out,
+        dtype=jnp.dtype(args.dtype),
+        tokenizer=tokenizer,
+        overwrite=args.overwrite,
+        progress=progress,
+    )
     print(f"merged model written to {out}")
     return 0
