@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import chex
 import jax
@@ -83,76 +83,128 @@ def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
     return weight.astype(x.dtype) * y.astype(x.dtype)
 
 
-def _block(
-    cfg: ModelConfig,
-    compute_dtype: Any,
-    matmul_dtype: Any,
-    x: jax.Array,
-    lp: Params,
-    stacks: Params,
-    lora_l: dict[str, dict[str, jax.Array]] | None,
-    lora_meta: tuple[jax.Array, float, float, jax.Array | None] | None,
-    layer: jax.Array,
-    cos: jax.Array,
-    sin: jax.Array,
-    allowed: jax.Array,
-    kv: tuple[jax.Array, jax.Array, jax.Array] | None,
-) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
-    """One pre-norm decoder block.
+class BlockLoRA(NamedTuple):
+    """One layer's adapters and how every row applies them (see :func:`lora_delta`).
 
-    ``lp`` holds this layer's slices of ``params["layers"]`` for the norms; the projections
-    read their matrix from the whole stack ``stacks`` at ``layer`` (see :func:`linear`).
+    Attributes:
+      params: ``{module: {"A": [N, in, r], "B": [N, r, out]}}``, this layer's slice.
+      agent_ids: ``[B]`` agent of each row; -1 leaves the row the base model.
+      scale: ``alpha / r``.
+      dropout: LoRA dropout rate (applied only when ``rng`` is set).
+      rng: this layer's dropout key, or None.
     """
-    cd = compute_dtype
+
+    params: dict[str, dict[str, jax.Array]]
+    agent_ids: jax.Array
+    scale: float
+    dropout: float
+    rng: jax.Array | None
+
+
+class BlockInputs(NamedTuple):
+    """What one decoder block reads besides the residual stream.
+
+    Attributes:
+      layer: scalar int index of the block in the stack.
+      norms: this layer's slices of the norm vectors of ``params["layers"]``.
+      stacks: the whole ``params["layers"]``; projections read their matrix at ``layer``
+        (see :func:`linear`).
+      cos, sin: RoPE tables of the T new positions, ``[B, T, rotary_dim]`` (``rope_cos_sin``).
+      allowed: ``[B, T, S]`` bool, which key slots each query may attend to.
+      lora: this layer's adapters, or None.
+      cache: the whole stacked KV cache, or None (no cache).
+      cache_index: scalar slot of the first new token (used only with ``cache``).
+    """
+
+    layer: jax.Array
+    norms: Params
+    stacks: Params
+    cos: jax.Array
+    sin: jax.Array
+    allowed: jax.Array
+    lora: BlockLoRA | None
+    cache: KVCache | None
+    cache_index: jax.Array | int
+
+
+def _project(h: jax.Array, name: str, inp: BlockInputs, matmul_dtype: Any) -> jax.Array:
+    """Projection ``name`` of ``h`` at this layer, plus each row's LoRA delta when adapted."""
+    y = linear(h, inp.stacks[name], matmul_dtype, index=inp.layer)
+    lora = inp.lora
+    if lora is not None and name in lora.params:
+        key = None if lora.rng is None else jax.random.fold_in(lora.rng, TARGET_MODULES.index(name))
+        delta = lora_delta(
+            h,
+            lora.params[name]["A"],
+            lora.params[name]["B"],
+            lora.agent_ids,
+            lora.scale,
+            dropout=lora.dropout,
+            rng=key,
+        )
+        # A select rather than `y + 0`: once XLA fuses the add into a consumer (Qwen3's
+        # q/k norm) the sum can be contracted/reassociated, and adapter-off rows would
+        # drift by an ulp from the base model. The select keeps them bit-exact.
+        on = (lora.agent_ids >= 0)[:, None, None]
+        y = jnp.where(on, y + delta.astype(y.dtype), y)
+    return y
+
+
+def _attention(
+    cfg: ModelConfig, x: jax.Array, inp: BlockInputs, compute_dtype: Any, matmul_dtype: Any
+) -> tuple[jax.Array, KVCache | None]:
+    """The attention half of a block: ``(o-projection of attention(norm(x)), updated cache)``.
+
+    Queries and keys get the optional q/k norm and RoPE; with a cache, the T new keys and
+    values are written at ``cache_index`` of this layer and attention reads the whole layer.
+    """
     b, t, _ = x.shape
-
-    def proj(h: jax.Array, name: str) -> jax.Array:
-        y = linear(h, stacks[name], matmul_dtype, index=layer)
-        if lora_l is not None and name in lora_l:
-            agent_ids, scale, dropout, rng = lora_meta
-            key = None if rng is None else jax.random.fold_in(rng, TARGET_MODULES.index(name))
-            delta = lora_delta(
-                h, lora_l[name]["A"], lora_l[name]["B"], agent_ids, scale, dropout=dropout, rng=key
-            )
-            # A select rather than `y + 0`: once XLA fuses the add into a consumer (Qwen3's
-            # q/k norm) the sum can be contracted/reassociated, and adapter-off rows would
-            # drift by an ulp from the base model. The select keeps them bit-exact.
-            on = (agent_ids >= 0)[:, None, None]
-            y = jnp.where(on, y + delta.astype(y.dtype), y)
-        return y
-
-    h = rms_norm(x, lp["attn_norm"], cfg.rms_norm_eps)
-    q = proj(h, "q").reshape(b, t, cfg.num_heads, cfg.head_dim)
-    k = proj(h, "k").reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
-    v = proj(h, "v").reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
+    h = rms_norm(x, inp.norms["attn_norm"], cfg.rms_norm_eps)
+    q = _project(h, "q", inp, matmul_dtype).reshape(b, t, cfg.num_heads, cfg.head_dim)
+    k = _project(h, "k", inp, matmul_dtype).reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
+    v = _project(h, "v", inp, matmul_dtype).reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
     if cfg.qk_norm:
-        q = rms_norm(q, lp["q_norm"], cfg.rms_norm_eps)
-        k = rms_norm(k, lp["k_norm"], cfg.rms_norm_eps)
-    q = apply_rope(q, cos, sin)
-    k = apply_rope(k, cos, sin)
-    new_kv = None
-    if kv is not None:
-        ck, cv, index = kv
-        start = (layer, 0, index, 0, 0)
-        ck = jax.lax.dynamic_update_slice(ck, k[None].astype(ck.dtype), start)
-        cv = jax.lax.dynamic_update_slice(cv, v[None].astype(cv.dtype), start)
-        new_kv = (ck, cv)
-        k = jax.lax.dynamic_index_in_dim(ck, layer, 0, keepdims=False).astype(cd)
-        v = jax.lax.dynamic_index_in_dim(cv, layer, 0, keepdims=False).astype(cd)
+        q = rms_norm(q, inp.norms["q_norm"], cfg.rms_norm_eps)
+        k = rms_norm(k, inp.norms["k_norm"], cfg.rms_norm_eps)
+    q = apply_rope(q, inp.cos, inp.sin)
+    k = apply_rope(k, inp.cos, inp.sin)
+    new_cache = None
+    if inp.cache is not None:
+        start = (inp.layer, 0, inp.cache_index, 0, 0)
+        ck = jax.lax.dynamic_update_slice(inp.cache.k, k[None].astype(inp.cache.k.dtype), start)
+        cv = jax.lax.dynamic_update_slice(inp.cache.v, v[None].astype(inp.cache.v.dtype), start)
+        new_cache = KVCache(k=ck, v=cv)
+        k = jax.lax.dynamic_index_in_dim(ck, inp.layer, 0, keepdims=False).astype(compute_dtype)
+        v = jax.lax.dynamic_index_in_dim(cv, inp.layer, 0, keepdims=False).astype(compute_dtype)
     # Without a cache, queries and keys are the same T slots and `allowed` is causal, so
     # query blocks can skip the keys after them.
-    blocks = _CAUSAL_BLOCKS if kv is None else 1
-    attn = attend(q, k, v, allowed, cfg.num_kv_heads, causal_blocks=blocks)
-    x = x + proj(attn, "o")
-    h = rms_norm(x, lp["mlp_norm"], cfg.rms_norm_eps)
-    x = x + proj(silu_mul(proj(h, "gate"), proj(h, "up")), "down")
-    return x, new_kv
+    blocks = _CAUSAL_BLOCKS if inp.cache is None else 1
+    attn = attend(q, k, v, inp.allowed, cfg.num_kv_heads, causal_blocks=blocks)
+    return _project(attn, "o", inp, matmul_dtype), new_cache
+
+
+def _mlp(cfg: ModelConfig, x: jax.Array, inp: BlockInputs, matmul_dtype: Any) -> jax.Array:
+    """The MLP half of a block: ``down(silu(gate(norm(x))) * up(norm(x)))``."""
+    h = rms_norm(x, inp.norms["mlp_norm"], cfg.rms_norm_eps)
+    gate = _project(h, "gate", inp, matmul_dtype)
+    up = _project(h, "up", inp, matmul_dtype)
+    return _project(silu_mul(gate, up), "down", inp, matmul_dtype)
+
+
+def _block(
+    cfg: ModelConfig, x: jax.Array, inp: BlockInputs, compute_dtype: Any, matmul_dtype: Any
+) -> tuple[jax.Array, KVCache | None]:
+    """One pre-norm decoder block: ``x + attention``, then ``+ mlp``; returns the new cache."""
+    attn, new_cache = _attention(cfg, x, inp, compute_dtype, matmul_dtype)
+    x = x + attn
+    x = x + _mlp(cfg, x, inp, matmul_dtype)
+    return x, new_cache
 
 
 def _batch_constraint(x: jax.Array) -> jax.Array:
     """Pins the residual stream's batch axis to the mesh's ``data``/``fsdp`` axes.
 
-    Only under a mesh context (``jax.set_mesh``, as ``coevo_jax.parallel.sharded_forward``
+    Only under a mesh context (``jax.set_mesh``, as ``coevo_jax.models.sharded_forward``
     sets) and only on its Auto axes; otherwise a no-op. Without the pin GSPMD may keep
     activations replicated and shard the hidden axis instead, which is correct but moves far
     more data under FSDP.
@@ -270,12 +322,10 @@ def forward(
     cos, sin = rope_cos_sin(cfg, positions)
 
     lora_params = None
-    lora_meta = None
     if lora is not None:
         weights, agent_ids = lora
         chex.assert_shape(agent_ids, (b,))
         lora_params = weights.params
-        lora_meta = (agent_ids, weights.scale, weights.dropout, lora_rng)
 
     layers = params["layers"]
 
@@ -284,27 +334,24 @@ def forward(
         lora_l, layer = xs
         # Read this layer's weights in place: slicing the stack outside the scan (for a partial
         # pass) would make XLA copy every weight of the segment on each call.
-        lp = {
+        norms = {
             k: jax.lax.dynamic_index_in_dim(a, layer, keepdims=False)
             for k, a in layers.items()
             if k in _NORMS
         }
-        meta = None
-        if lora_meta is not None:
-            ids, scale, drop, rng = lora_meta
-            rng = None if rng is None else jax.random.fold_in(rng, layer)
-            meta = (ids, scale, drop, rng)
-        kv_in = None if kv is None else (*kv, q0)
-        x, kv = _block(
-            cfg, compute_dtype, md, x, lp, layers, lora_l, meta, layer, cos, sin, allowed, kv_in
-        )
+        block_lora = None
+        if lora is not None:
+            rng = None if lora_rng is None else jax.random.fold_in(lora_rng, layer)
+            block_lora = BlockLoRA(lora_l, agent_ids, weights.scale, weights.dropout, rng)
+        inp = BlockInputs(layer, norms, layers, cos, sin, allowed, block_lora, kv, q0)
+        x, kv = _block(cfg, x, inp, compute_dtype, md)
         return (_batch_constraint(x), kv), None
 
     if remat:
         body = jax.checkpoint(body)
 
     x = _batch_constraint(embed_rows(params["embed"], input_ids).astype(compute_dtype))
-    kv = None if cache is None else (cache.k, cache.v)
+    kv = cache
     found = {0: x}
     bounds = sorted({j for j in wanted.values() if 0 < j <= depth} | {depth})
     start = 0
@@ -327,8 +374,7 @@ def forward(
     hidden = {i: found[j] for i, j in wanted.items()}
 
     logits = None if stop_after_hidden else lm_head(params, cfg, final, md)
-    new_cache = None if kv is None else KVCache(k=kv[0], v=kv[1])
-    return DecoderOutput(logits=logits, hidden_states=hidden, cache=new_cache)
+    return DecoderOutput(logits=logits, hidden_states=hidden, cache=kv)
 
 
 def lm_head(params: Params, cfg: ModelConfig, h: jax.Array, dtype: Any) -> jax.Array:

@@ -33,6 +33,7 @@ once per call; store them in it beforehand (``models.decoder.cast_matrices``) to
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
@@ -171,12 +172,38 @@ def policy_gradients(
     recompute_old = rl_cfg.behavior_logprobs == "recompute"
     if recompute_old and batch.old_logp is None:
         raise ValueError("behavior_logprobs: recompute needs the engine's log-probs in old_logp")
-    cd = jnp.dtype(rl_cfg.compute_dtype)
     md = jnp.dtype(rl_cfg.matmul_dtype or rl_cfg.compute_dtype)
-    # The backbone is frozen: cast its matrices to the matmul dtype once per step, not once
-    # per layer, micro-batch and pass inside the loops (XLA does not hoist those casts).
-    params = cast_matrices(params, md)
-    loss_kw = dict(
+    loss_kw = _loss_kwargs(rl_cfg, t_full)
+    onehot = (batch.agent_ids[:, None] == jnp.arange(n_agents)[None]).astype(jnp.float32)  # [B, N]
+    tokens = batch.completion_mask.sum(-1).astype(jnp.float32)
+    inv_denom = _inverse_agent_denominators(batch, onehot, rl_cfg, loss_kw)
+    widths = buckets.bucket_widths(t_full, rl_cfg.length_buckets)
+    rows, width_index = _group_rows_by_length((batch, inv_denom, onehot), batch, k, widths)
+    runner = _MicroBatches(
+        # The backbone is frozen: cast its matrices to the matmul dtype once per step, not
+        # once per layer, micro-batch and pass inside the loops (XLA does not hoist casts).
+        params=cast_matrices(params, md),
+        lora=lora,
+        rng=rng,
+        model_cfg=model_cfg,
+        rl_cfg=rl_cfg,
+        chunk_size=chunk_size,
+        compute_dtype=jnp.dtype(rl_cfg.compute_dtype),
+        matmul_dtype=md,
+        loss_kw=loss_kw,
+        need_ref=rl_cfg.beta != 0.0 or batch.ref_logp is not None,
+        recompute_old=recompute_old,
+        widths=widths,
+    )
+    zero_grads = jax.tree.map(jnp.zeros_like, lora.params)
+    xs = (jax.tree.map(lambda x: _split_micro(x, k), rows), jnp.arange(k), width_index)
+    grads, (sums, counts) = jax.lax.scan(runner.step, zero_grads, xs)
+    return grads, _agent_metrics(sums, counts, onehot, tokens)
+
+
+def _loss_kwargs(rl_cfg: RLConfig, t_full: int) -> dict[str, Any]:
+    """The keyword arguments of :func:`policy_loss_terms` that come from the config."""
+    return dict(
         eps_low=rl_cfg.eps_low,
         eps_high=rl_cfg.eps_high,
         beta=rl_cfg.beta,
@@ -185,12 +212,17 @@ def policy_gradients(
         # Explicit, so that a micro-batch trimmed to a narrower width keeps dr_grpo's T.
         max_completion_length=rl_cfg.max_completion_length or t_full,
     )
-    need_ref = rl_cfg.beta != 0.0 or batch.ref_logp is not None
-    onehot = (batch.agent_ids[:, None] == jnp.arange(n_agents)[None]).astype(jnp.float32)  # [B, N]
-    tokens = batch.completion_mask.sum(-1).astype(jnp.float32)
 
-    # Denominators depend on masks only: evaluate the terms on dummy log-probs (XLA drops the
-    # rest) so there is a single definition of each aggregation.
+
+def _inverse_agent_denominators(
+    batch: PolicyBatch, onehot: jax.Array, rl_cfg: RLConfig, loss_kw: dict[str, Any]
+) -> jax.Array:
+    """``[B]``: one over the whole batch's loss denominator of each row's agent (0 on padding).
+
+    Denominators depend on masks only, so the terms are evaluated on dummy log-probs (XLA
+    drops the rest): a single definition of each aggregation. Dividing every micro-batch's
+    numerator by these *global* denominators makes the accumulated gradient the full-batch one.
+    """
     zeros = jnp.zeros(batch.completion_mask.shape, jnp.float32)
     denom = policy_loss_terms(
         zeros,
@@ -201,110 +233,150 @@ def policy_gradients(
         **loss_kw,
     ).denom
     agent_denom = jnp.maximum(onehot.T @ denom, 1.0)  # [N]
-    inv_denom = onehot @ (1.0 / agent_denom)  # [B]; 0 on padding rows
+    return onehot @ (1.0 / agent_denom)
 
-    rows = (batch, inv_denom, onehot)
-    widths = buckets.bucket_widths(t_full, rl_cfg.length_buckets)
-    width_index = None  # [k] per micro-batch, when there is a width to choose
-    if buckets.chooses_width(widths):
-        # Rows of similar length share micro-batches; sums over rows do not see the order.
-        lengths = buckets.needed_lengths(batch.completion_mask, batch.agent_ids)
-        order, width_index = buckets.plan(lengths, k, widths)
-        rows = jax.tree.map(lambda x: x[order], rows)
 
-    dropout_on = lora.dropout > 0.0
+def _group_rows_by_length(
+    rows: Any, batch: PolicyBatch, k: int, widths: tuple[int, ...]
+) -> tuple[Any, jax.Array | None]:
+    """``(rows, width_index)``: rows reordered so similar lengths share micro-batches, and the
+    compiled width of each of the ``k`` micro-batches; ``rows`` as given and None when there
+    is no width to choose. Sums over rows do not see the order."""
+    if not buckets.chooses_width(widths):
+        return rows, None
+    lengths = buckets.needed_lengths(batch.completion_mask, batch.agent_ids)
+    order, width_index = buckets.plan(lengths, k, widths)
+    return jax.tree.map(lambda x: x[order], rows), width_index
 
-    def micro_grads(acc, mb, inv, oh, i):
-        """``acc`` plus this micro-batch's gradients, and its metric sums and counts."""
-        ref_logp = mb.ref_logp
-        if need_ref and ref_logp is None:
-            ref_logp, _ = sequence_logprobs(
-                params,
-                model_cfg,
-                None,
-                mb,
-                compute_dtype=cd,
-                matmul_dtype=md,
-                chunk_size=chunk_size,
-                with_entropy=False,
-            )
-            ref_logp = jax.lax.stop_gradient(ref_logp)
 
-        def loss_fn(lora_params):
-            logp, ent = sequence_logprobs(
-                params,
-                model_cfg,
-                lora.replace(params=lora_params),
-                mb,
-                lora_rng=jax.random.fold_in(rng, i) if dropout_on else None,
-                compute_dtype=cd,
-                matmul_dtype=md,
-                remat=rl_cfg.remat,
-                chunk_size=chunk_size,
-            )
-            old_logp, is_w = mb.old_logp, None
-            if recompute_old:
-                # One update per batch: the trainer's recompute under the adapter being
-                # updated is this very forward pass (old = stop_gradient(logp)); the
-                # engine's log-probs only weight each sequence.
-                is_w = truncated_is_weights(
-                    logp, old_logp, mb.completion_mask, cap=rl_cfg.is_cap, level=rl_cfg.level
-                )
-                old_logp = None
-            terms = policy_loss_terms(
-                logp,
-                old_logp,
-                ref_logp,
-                mb.advantages,
-                mb.completion_mask,
-                entropy=ent,
-                is_weights=is_w,
-                **loss_kw,
-            )
-            return jnp.sum(terms.numer * inv), terms
-
-        grads, terms = jax.grad(loss_fn, has_aux=True)(lora.params)
-        sums = {name: oh.T @ v for name, v in terms.sums.items()}
-        counts = {name: oh.T @ v for name, v in terms.counts.items()}
-        sums["loss"] = oh.T @ (terms.numer * inv)
-        return jax.tree.map(jnp.add, acc, grads), (sums, counts)
-
-    def at_width(w):
-        """``micro_grads`` on the first ``w`` completion columns (0: a skipped micro-batch)."""
-
-        def run(acc, mb, inv, oh, i):
-            if w == 0:
-                _, shapes = jax.eval_shape(micro_grads, acc, mb, inv, oh, i)
-                return acc, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-            cut = lambda x: None if x is None else x[:, :w]
-            mb = mb.replace(
-                completion_ids=cut(mb.completion_ids),
-                completion_mask=cut(mb.completion_mask),
-                old_logp=cut(mb.old_logp),
-                ref_logp=cut(mb.ref_logp),
-            )
-            return micro_grads(acc, mb, inv, oh, i)
-
-        return run
-
-    def micro_step(acc, xs):
-        (mb, inv, oh), i, j = xs
-        if j is None:
-            return micro_grads(acc, mb, inv, oh, i)
-        # The accumulator goes through the branch, so the sum is formed in place there
-        # instead of the branch returning a fresh gradient tree to be copied out and added.
-        return jax.lax.switch(j, [at_width(w) for w in widths], acc, mb, inv, oh, i)
-
-    zero_grads = jax.tree.map(jnp.zeros_like, lora.params)
-    xs = (jax.tree.map(lambda x: _split_micro(x, k), rows), jnp.arange(k), width_index)
-    grads, (sums, counts) = jax.lax.scan(micro_step, zero_grads, xs)
+def _agent_metrics(
+    sums: dict[str, jax.Array], counts: dict[str, jax.Array], onehot: jax.Array, tokens: jax.Array
+) -> dict[str, jax.Array]:
+    """Per-agent ``[N]`` metrics from the per-micro-batch sums and counts ``[k, N]``."""
     metrics = {"loss": sums.pop("loss").sum(0)}
     for name, s in sums.items():
         metrics[name] = s.sum(0) / jnp.maximum(counts[name].sum(0), 1.0)
     metrics["tokens"] = onehot.T @ tokens
     metrics["sequences"] = onehot.sum(0)
     metrics["present"] = metrics["tokens"] > 0
-    return grads, metrics
+    return metrics
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _MicroBatches:
+    """The per-micro-batch work of :func:`policy_gradients`, as the body of its ``lax.scan``.
+
+    Holds what every micro-batch shares: the (cast) frozen backbone, the adapters, the dropout
+    key, the configs and the loss settings. ``step`` is the scan body; the other methods are
+    its named parts.
+    """
+
+    params: dict[str, Any]
+    lora: LoRAWeights
+    rng: jax.Array
+    model_cfg: ModelConfig
+    rl_cfg: RLConfig
+    chunk_size: int
+    compute_dtype: Any
+    matmul_dtype: Any
+    loss_kw: dict[str, Any]
+    need_ref: bool
+    recompute_old: bool
+    widths: tuple[int, ...]
+
+    def step(self, acc: Any, xs: Any) -> tuple[Any, Any]:
+        """Scan body: adds micro-batch ``i``'s gradients to ``acc``, at its width ``j`` if any."""
+        (mb, inv, oh), i, j = xs
+        if j is None:
+            return self.grads(acc, mb, inv, oh, i)
+        # The accumulator goes through the branch, so the sum is formed in place there
+        # instead of the branch returning a fresh gradient tree to be copied out and added.
+        branches = [functools.partial(self.grads_at_width, w) for w in self.widths]
+        return jax.lax.switch(j, branches, acc, mb, inv, oh, i)
+
+    def grads_at_width(self, w: int, acc, mb, inv, oh, i):
+        """:meth:`grads` on the first ``w`` completion columns (0: a skipped micro-batch)."""
+        if w == 0:
+            _, shapes = jax.eval_shape(self.grads, acc, mb, inv, oh, i)
+            return acc, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        cut = lambda x: None if x is None else x[:, :w]
+        mb = mb.replace(
+            completion_ids=cut(mb.completion_ids),
+            completion_mask=cut(mb.completion_mask),
+            old_logp=cut(mb.old_logp),
+            ref_logp=cut(mb.ref_logp),
+        )
+        return self.grads(acc, mb, inv, oh, i)
+
+    def grads(self, acc, mb: PolicyBatch, inv: jax.Array, oh: jax.Array, i: jax.Array):
+        """``acc`` plus this micro-batch's gradients, and its per-agent metric sums and counts."""
+        ref_logp = self.reference_logprobs(mb)
+        loss_fn = functools.partial(self.loss, mb=mb, inv=inv, ref_logp=ref_logp, i=i)
+        grads, terms = jax.grad(loss_fn, has_aux=True)(self.lora.params)
+        sums = {name: oh.T @ v for name, v in terms.sums.items()}
+        counts = {name: oh.T @ v for name, v in terms.counts.items()}
+        sums["loss"] = oh.T @ (terms.numer * inv)
+        return jax.tree.map(jnp.add, acc, grads), (sums, counts)
+
+    def reference_logprobs(self, mb: PolicyBatch) -> jax.Array | None:
+        """The batch's reference log-probs, else the adapter-off pass when the loss needs them
+        (gradient-free, no LoRA matmuls), else None."""
+        if not self.need_ref or mb.ref_logp is not None:
+            return mb.ref_logp
+        ref_logp, _ = sequence_logprobs(
+            self.params,
+            self.model_cfg,
+            None,
+            mb,
+            compute_dtype=self.compute_dtype,
+            matmul_dtype=self.matmul_dtype,
+            chunk_size=self.chunk_size,
+            with_entropy=False,
+        )
+        return jax.lax.stop_gradient(ref_logp)
+
+    def loss(
+        self,
+        lora_params: dict[str, Any],
+        *,
+        mb: PolicyBatch,
+        inv: jax.Array,
+        ref_logp: jax.Array | None,
+        i: jax.Array,
+    ) -> tuple[jax.Array, Any]:
+        """``(sum(numer * inv), terms)`` of one micro-batch under ``lora_params``."""
+        rl_cfg = self.rl_cfg
+        logp, ent = sequence_logprobs(
+            self.params,
+            self.model_cfg,
+            self.lora.replace(params=lora_params),
+            mb,
+            lora_rng=jax.random.fold_in(self.rng, i) if self.lora.dropout > 0.0 else None,
+            compute_dtype=self.compute_dtype,
+            matmul_dtype=self.matmul_dtype,
+            remat=rl_cfg.remat,
+            chunk_size=self.chunk_size,
+        )
+        old_logp, is_w = mb.old_logp, None
+        if self.recompute_old:
+            # One update per batch: the trainer's recompute under the adapter being updated
+            # is this very forward pass (old = stop_gradient(logp)); the engine's log-probs
+            # only weight each sequence.
+            is_w = truncated_is_weights(
+                logp, old_logp, mb.completion_mask, cap=rl_cfg.is_cap, level=rl_cfg.level
+            )
+            old_logp = None
+        terms = policy_loss_terms(
+            logp,
+            old_logp,
+            ref_logp,
+            mb.advantages,
+            mb.completion_mask,
+            entropy=ent,
+            is_weights=is_w,
+            **self.loss_kw,
+        )
+        return jnp.sum(terms.numer * inv), terms
 
 
 def apply_policy_update(
