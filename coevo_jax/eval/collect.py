@@ -18,16 +18,19 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from tqdm.auto import tqdm
 
 from coevo_jax.data.templates import render_chat
+from coevo_jax.rewards import score_batch
 from coevo_jax.rewards.math import last_boxed
 from coevo_jax.rewards.math import normalize as math_normalize
 from coevo_jax.rewards.reasoning import normalize as reasoning_normalize
 from coevo_jax.router import features, pad_queries
+from coevo_jax.train.loop import Trainer
 from rollout_bridge.engine import GenerationRequest
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Collected:
     """Everything the methods need, for Q queries and N agents.
 
@@ -67,7 +70,7 @@ def extract_answer(record: Any, completion: str) -> str | None:
 
 
 def collect(
-    trainer: Any,
+    trainer: Trainer,
     records: Sequence[Any],
     *,
     max_new_tokens: int = 256,
@@ -91,16 +94,59 @@ def collect(
         requests); the progress bar advances per chunk.
       progress: show a tqdm bar over the generation.
     """
-    if score_fn is None:
-        from coevo_jax.rewards import score_batch
-
-        def score_fn(recs, comps):
-            return score_batch(recs, comps)
-
     cfg = trainer.cfg
-    n = cfg.lora.n_agents
     bb = trainer.router_backbone
     prompts = [render_chat(r, bb.tokenizer, cfg.data.max_input_tokens) for r in records]
+    route_f = _familiarity_fn(trainer)
+    f = _route(route_f, prompts, trainer)
+    router_ms = _router_latency_ms(route_f, prompts[: max(1, latency_queries)], trainer)
+    gen = _generate(
+        trainer,
+        records,
+        prompts,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        seed=seed,
+        chunk_queries=chunk_queries,
+        progress=progress,
+    )
+    scores, base_scores = _score(records, gen, score_fn or score_batch)
+    answers = [
+        [extract_answer(r, t) for t in row] for r, row in zip(records, gen.texts, strict=True)
+    ]
+    return Collected(
+        records=list(records),
+        f=f,
+        texts=gen.texts,
+        base_texts=gen.base_texts,
+        scores=scores,
+        base_scores=base_scores,
+        tokens=gen.tokens,
+        base_tokens=gen.base_tokens,
+        answers=answers,
+        router_ms=router_ms,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Generations:
+    """One completion per (query, agent) and one per query from the base model.
+
+    Attributes:
+      texts: ``[Q][N]`` agent completions; ``base_texts``: ``[Q]``.
+      tokens: ``[Q, N]`` completion lengths; ``base_tokens``: ``[Q]``.
+    """
+
+    texts: list[list[str]]
+    tokens: np.ndarray
+    base_texts: list[str]
+    base_tokens: np.ndarray
+
+
+def _familiarity_fn(trainer: Trainer) -> Callable[[jax.Array, jax.Array], jax.Array]:
+    """``(ids, mask) -> f [B, N]``: router features and heads at inference (no exploration)."""
+    cfg = trainer.cfg
+    bb = trainer.router_backbone
     router_state = trainer.router
 
     def route_f(ids, mask):
@@ -116,28 +162,97 @@ def collect(
         f, _ = head.scores(h, router_state.cfg)
         return f
 
+    return route_f
+
+
+def _route(route_f: Callable, prompts: Sequence[Sequence[int]], trainer: Trainer) -> np.ndarray:
+    """``[Q, N]`` familiarity of every prompt, 32 prompts per call."""
+    cfg = trainer.cfg
+    pad_id = trainer.router_backbone.tokenizer.pad_token_id
     f_rows = []
     for start in range(0, len(prompts), 32):
         ids, mask = pad_queries(
-            prompts[start : start + 32],
-            max_len=cfg.router.max_prompt_tokens,
-            pad_id=bb.tokenizer.pad_token_id,
+            prompts[start : start + 32], max_len=cfg.router.max_prompt_tokens, pad_id=pad_id
         )
         f_rows.append(np.asarray(route_f(jnp.asarray(ids), jnp.asarray(mask))))
-    f = np.concatenate(f_rows, axis=0)
+    return np.concatenate(f_rows, axis=0)
 
+
+def _router_latency_ms(
+    route_f: Callable, prompts: Sequence[Sequence[int]], trainer: Trainer
+) -> float:
+    """Median router latency at batch 1 over ``prompts``, in ms (compiled before timing)."""
+    cfg = trainer.cfg
+    pad_id = trainer.router_backbone.tokenizer.pad_token_id
     times = []
-    for p in prompts[: max(1, latency_queries)]:
-        ids, mask = pad_queries(
-            [p], max_len=cfg.router.max_prompt_tokens, pad_id=bb.tokenizer.pad_token_id
-        )
+    for p in prompts:
+        ids, mask = pad_queries([p], max_len=cfg.router.max_prompt_tokens, pad_id=pad_id)
         ids, mask = jnp.asarray(ids), jnp.asarray(mask)
         jax.block_until_ready(route_f(ids, mask))  # compile outside the timing
         t0 = time.perf_counter()
         jax.block_until_ready(route_f(ids, mask))
         times.append(time.perf_counter() - t0)
-    router_ms = 1000.0 * float(np.median(times))
+    return 1000.0 * float(np.median(times))
 
+
+def _requests(
+    trainer: Trainer,
+    group: Any,
+    records: Sequence[Any],
+    prompts: Sequence[Sequence[int]],
+    qs: range,
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    seed: int,
+) -> list[GenerationRequest]:
+    """One request per (query in ``qs``, agent of ``group``), plus the base model's when
+    ``group`` is the first; ``query_id`` is ``"q:agent"`` or ``"q:base"``."""
+    bb = trainer.router_backbone
+    max_input = trainer.cfg.data.max_input_tokens
+    reqs = []
+    for q in qs:
+        p = tuple(
+            prompts[q]
+            if group.backbone is bb
+            else render_chat(records[q], group.backbone.tokenizer, max_input)
+        )
+        for a in group.agents:
+            reqs.append(
+                GenerationRequest(
+                    p,
+                    group.local(a),
+                    1,
+                    max_new_tokens,
+                    temperature,
+                    1.0,
+                    seed + q,
+                    query_id=f"{q}:{a}",
+                )
+            )
+        if group is trainer.groups[0]:
+            reqs.append(
+                GenerationRequest(
+                    p, -1, 1, max_new_tokens, temperature, 1.0, seed + q, query_id=f"{q}:base"
+                )
+            )
+    return reqs
+
+
+def _generate(
+    trainer: Trainer,
+    records: Sequence[Any],
+    prompts: Sequence[Sequence[int]],
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    seed: int,
+    chunk_queries: int,
+    progress: bool,
+) -> Generations:
+    """Every agent's and the base model's completion of every record, through each agent
+    group's engine, ``chunk_queries`` queries per engine call."""
+    n = trainer.cfg.lora.n_agents
     texts = [[""] * n for _ in records]
     tokens = np.zeros((len(records), n), np.int64)
     base_texts = [""] * len(records)
@@ -149,36 +264,19 @@ def collect(
     ]
     bar = None
     if progress:
-        from tqdm.auto import tqdm
-
         bar = tqdm(total=len(records) * len(trainer.groups), desc="eval generate", unit="query")
     for g, qs in chunks:
         tok = g.backbone.tokenizer
-        reqs = []
-        for q in qs:
-            r = records[q]
-            p = tuple(
-                prompts[q] if g.backbone is bb else render_chat(r, tok, cfg.data.max_input_tokens)
-            )
-            for a in g.agents:
-                reqs.append(
-                    GenerationRequest(
-                        p,
-                        g.local(a),
-                        1,
-                        max_new_tokens,
-                        temperature,
-                        1.0,
-                        seed + q,
-                        query_id=f"{q}:{a}",
-                    )
-                )
-            if g is trainer.groups[0]:
-                reqs.append(
-                    GenerationRequest(
-                        p, -1, 1, max_new_tokens, temperature, 1.0, seed + q, query_id=f"{q}:base"
-                    )
-                )
+        reqs = _requests(
+            trainer,
+            g,
+            records,
+            prompts,
+            qs,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            seed=seed,
+        )
         for t in g.engine.generate(reqs):
             q, who = t.query_id.split(":")
             text = tok.decode(list(t.completion_ids), skip_special_tokens=True)
@@ -190,20 +288,17 @@ def collect(
             bar.update(len(qs))
     if bar is not None:
         bar.close()
+    return Generations(texts=texts, tokens=tokens, base_texts=base_texts, base_tokens=base_tokens)
+
+
+def _score(
+    records: Sequence[Any],
+    gen: Generations,
+    score_fn: Callable[[Sequence[Any], Sequence[str]], Sequence[float]],
+) -> tuple[np.ndarray, np.ndarray]:
+    """``([Q, N] agent scores, [Q] base scores)`` from one ``score_fn`` call over all texts."""
+    n = gen.tokens.shape[1]
     flat_recs = [r for r in records for _ in range(n)] + list(records)
-    flat_texts = [t for row in texts for t in row] + base_texts
+    flat_texts = [t for row in gen.texts for t in row] + gen.base_texts
     s = np.asarray(score_fn(flat_recs, flat_texts), np.float32)
-    scores, base_scores = s[: len(records) * n].reshape(len(records), n), s[len(records) * n :]
-    answers = [[extract_answer(r, t) for t in row] for r, row in zip(records, texts, strict=True)]
-    return Collected(
-        records=list(records),
-        f=f,
-        texts=texts,
-        base_texts=base_texts,
-        scores=scores,
-        base_scores=base_scores,
-        tokens=tokens,
-        base_tokens=base_tokens,
-        answers=answers,
-        router_ms=router_ms,
-    )
+    return s[: len(records) * n].reshape(len(records), n), s[len(records) * n :]
