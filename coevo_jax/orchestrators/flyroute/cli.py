@@ -11,6 +11,9 @@ The LLM: ``--llm engine`` (default) uses ``rollout_bridge.text.EngineTextLLM`` o
 in-process engine, imported only when asked for; ``--llm MODULE:FACTORY`` calls
 ``FACTORY(model=..., agents=[...])`` for any other :class:`TextLLM` (scripted stand-ins in
 tests, other servers).
+
+The functions below import the engine and the FlyRoute modules when they run: ``coevo``
+imports every subcommand's CLI module to build its parser, and should not load them all.
 """
 
 from __future__ import annotations
