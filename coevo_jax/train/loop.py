@@ -73,6 +73,7 @@ from coevo_jax.train.distributed import (
     shard_group,
 )
 from coevo_jax.train.gap import group_gaps
+from coevo_jax.train.memory import release_free_memory
 from coevo_jax.train.metrics import MetricsWriter
 from coevo_jax.train.plots import FEATURES_FILE, plot_run
 from coevo_jax.train.setup import (
@@ -640,6 +641,7 @@ class Trainer:
             record["probe"] = probe
         if self.metrics is not None:
             self.metrics.write(record)
+        release_free_memory()  # the round's freed buffers, held by malloc (train.memory)
         return record
 
     # ---------------------------------------------------------------- the run

@@ -104,6 +104,23 @@ def routing_nmi(domains: Sequence[str], top1: np.ndarray) -> float:
     return float(normalized_mutual_info_score(list(domains), np.asarray(top1).tolist()))
 
 
+def mean_by_label(values: np.ndarray, labels: Sequence[str]) -> dict[str, list[float]]:
+    """Column means of ``values`` over the rows of each label: ``{label: [N] floats}``.
+
+    The one grouping behind the probe's ``familiarity_by_domain`` and the training record's
+    ``familiarity.by_class`` (``train.loop``). Labels are sorted; the mean is taken in the
+    dtype of ``values`` (the loop's float32 familiarity, the probe's float64 copy), so the
+    caller chooses the precision.
+
+    Args:
+      values: ``[Q, N]`` array.
+      labels: ``[Q]`` label of each row.
+    """
+    values = np.asarray(values)
+    arr = np.asarray([str(x) for x in labels])
+    return {d: values[arr == d].mean(axis=0).tolist() for d in sorted(set(arr.tolist()))}
+
+
 def familiarity_by_domain(f: np.ndarray, domains: Sequence[str]) -> dict[str, list[float]]:
     """Mean familiarity of every agent per domain: ``{domain: [N] floats}``.
 
@@ -111,9 +128,7 @@ def familiarity_by_domain(f: np.ndarray, domains: Sequence[str]) -> dict[str, li
       f: ``[Q, N]`` familiarity.
       domains: ``[Q]`` labels.
     """
-    f = np.asarray(f, np.float64)
-    labels = np.asarray(domains)
-    return {str(d): f[labels == d].mean(axis=0).tolist() for d in sorted(set(domains))}
+    return mean_by_label(np.asarray(f, np.float64), domains)
 
 
 def eval_activation(f: np.ndarray, *, tau: float, routing: str = "threshold", top_k: int = 1):

@@ -85,3 +85,15 @@ def test_probe_set_samples_by_source():
     assert sorted(ps.domains) == ["s0", "s0", "s1", "s1", "s2", "s2"]
     assert [probe.domain_of(r) for r in ps.records] == ps.domains
     assert probe.domain_of({"id": "x", "class": "code"}) == "code"
+
+
+def test_mean_by_label_groups_rows_and_keeps_the_dtype():
+    import numpy as np
+
+    from coevo_jax.train.probe import mean_by_label
+
+    v = np.array([[1.0, 0.0], [3.0, 2.0], [5.0, 4.0]], np.float32)
+    out = mean_by_label(v, ["b", "a", "b"])
+    assert list(out) == ["a", "b"]
+    assert out == {"a": [3.0, 2.0], "b": [3.0, 2.0]}
+    assert out["b"] == v[[0, 2]].mean(axis=0).tolist()  # float32 mean, as the loop logs it
