@@ -601,10 +601,7 @@ class Trainer:
         self.round += 1
         routed_agent = np.where(active, f, -1.0).argmax(axis=1)
         self._features_log.add(np.asarray(h), routed_agent, [str(r.get("class", "")) for r in recs])
-        by_class: dict[str, list[float]] = {}
-        for c in sorted({str(r.get("class", "")) for r in recs}):
-            sel = [q for q, r in enumerate(recs) if str(r.get("class", "")) == c]
-            by_class[c] = f[sel].mean(axis=0).tolist()
+        by_class = probe_lib.mean_by_label(f, [str(r.get("class", "")) for r in recs])
         sizes = active.sum(axis=1)
         record = {
             "round": self.round,
