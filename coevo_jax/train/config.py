@@ -89,8 +89,8 @@ class RolloutSpec:
       vllm_max_model_len: ``vllm`` engine: the server's context length.
       server_timeout: seconds to wait for a started server's ``/health``.
       selfcheck: check an HTTP/vLLM engine's behaviour log-probs against the trainer's
-        recompute when the run starts and after every publish
-        (:mod:`rollout_bridge.selfcheck`); the in-process engine is exact and skips it.
+        recompute when the run starts and after every round that publishes
+        (:mod:`coevo_jax.train.selfcheck`); the in-process engine is exact and skips it.
       selfcheck_tolerance: largest mean |Δ log p| per token the check accepts.
       group_size: G completions per (query, activated agent) (paper: 8).
       max_new_tokens: generation budget (paper: 1000).

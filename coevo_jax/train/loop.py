@@ -14,6 +14,11 @@ One orchestration round:
 8. a router step from the round's cross-agent advantages;
 9. metrics, plots and, on schedule, an atomic checkpoint of the complete state.
 
+With an HTTP or vLLM engine and ``rollout.selfcheck``, each engine is checked
+(``coevo_jax.train.selfcheck``) when :meth:`Trainer.run` starts and after every round that
+published new adapters: a few short completions per agent, sampled in one batch with the base
+model, must match the trainer's recompute, or the run stops with ``EngineMismatch``.
+
 Every ``loop.probe_every`` rounds, before the round, a fixed held-out probe set is routed and
 answered in inference mode (``coevo_jax.train.probe``) and logged under ``probe``.
 
@@ -76,6 +81,7 @@ from coevo_jax.train.gap import group_gaps
 from coevo_jax.train.memory import release_free_memory
 from coevo_jax.train.metrics import MetricsWriter
 from coevo_jax.train.plots import FEATURES_FILE, plot_run
+from coevo_jax.train.selfcheck import check_engine
 from coevo_jax.train.setup import (
     AgentGroup,
     Backbone,
@@ -261,6 +267,56 @@ class Trainer:
         for g in self.groups:
             for a in g.agents:
                 g.publish(a, self.versions[a])
+
+    def server_restarts(self) -> int:
+        """Restarts of the servers this run's engines own (a crashed vLLM engine), so far."""
+        return sum(int(getattr(g.engine, "server_restarts", 0) or 0) for g in self.groups)
+
+    def selfcheck(self) -> dict[str, Any] | None:
+        """Checks every group's engine against the trainer (``coevo_jax.train.selfcheck``).
+
+        Runs when ``rollout.selfcheck`` is on and the engine is not the in-process one (whose
+        log-probs are exact by construction). The prompts are the first two training
+        records; each agent of the group and the base model sample two completions of 16
+        tokens in one batch.
+
+        Returns:
+          ``{"groupK": {"base" | "<local agent>": gap summary}, "seconds": wall time}``,
+          or None when nothing was checked.
+
+        Raises:
+          coevo_jax.train.selfcheck.EngineMismatch: a gap past
+            ``rollout.selfcheck_tolerance``, naming the agent.
+        """
+        ro = self.cfg.rollout
+        if not ro.selfcheck or ro.engine == "inprocess" or not self.driver:
+            return None
+        t0 = time.perf_counter()
+        out: dict[str, Any] = {}
+        for k, g in enumerate(self.groups):
+            if g.engine is None:
+                continue
+            prompts = [
+                g.prompt(self.records, i, self.cfg.data.max_input_tokens)
+                for i in range(min(2, len(self.records)))
+            ]
+            report = check_engine(
+                g.engine,
+                g.backbone.params,
+                g.backbone.cfg,
+                jax.device_get(g.policy.lora) if g.mesh is not None else g.policy.lora,
+                prompts,
+                n_per_agent=2,
+                max_tokens=min(16, ro.max_new_tokens),
+                temperature=ro.temperature,
+                tolerance=ro.selfcheck_tolerance,
+                rl_cfg=self.cfg.rl,
+                pad_id=g.backbone.tokenizer.pad_token_id,
+                seed=_seed(self.cfg.loop.seed, self.round, "selfcheck", k),
+            )
+            out[f"group{k}"] = report.metrics()
+        out["seconds"] = time.perf_counter() - t0
+        return out
 
     # ---------------------------------------------------------------- checkpointing
     def _arrays(self) -> dict[str, Any]:
@@ -588,6 +644,9 @@ class Trainer:
         t3 = time.perf_counter()
         policy_metrics = self._policy_steps()
         timings["policy_s"] = time.perf_counter() - t3
+        t_check = time.perf_counter()
+        selfcheck = self.selfcheck() if policy_metrics["agents"] else None
+        timings["selfcheck_s"] = time.perf_counter() - t_check
 
         # 8: router step on the activations actually served
         t4 = time.perf_counter()
@@ -627,6 +686,8 @@ class Trainer:
             "failures": failures,
             "policy": policy_metrics,
             "gap": gap,
+            "selfcheck": selfcheck,
+            "server_restarts": self.server_restarts(),
             "router": {k: float(v) for k, v in jax.device_get(rm).items() if np.ndim(v) == 0},
             "counters": {
                 "T": int(self.router.counters.T),
@@ -662,6 +723,8 @@ class Trainer:
                 total=total, initial=self.round, desc="CERA-MoA", unit="round", dynamic_ncols=True
             )
         try:
+            if self.round < total:
+                self.selfcheck()
             while self.round < total:
                 m = self.run_round()
                 out.append(m)

@@ -5,8 +5,8 @@ import dataclasses
 import jax
 import pytest
 
+from coevo_jax.train.selfcheck import EngineMismatch, check_engine
 from rollout_bridge.local_engine import InProcessEngine
-from rollout_bridge.selfcheck import EngineMismatch, check_engine
 from tests.rl._tiny import CFG, tiny_model
 
 PROMPTS = [[3, 7, 9, 4], [5, 2, 6], [8, 8, 1, 6, 2, 11]]
