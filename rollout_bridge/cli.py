@@ -1,10 +1,20 @@
-"""``coevo serve``: start a rollout server (vLLM with runtime LoRA, or the local JAX server)."""
+"""``coevo serve``: start a rollout server (vLLM with runtime LoRA, or the local JAX server).
+
+The command owns its servers: Ctrl-C, SIGTERM and SIGHUP all stop every server it started
+(each runs in its own process group, so a signal to ``coevo serve`` alone would otherwise
+leave them holding their ports).
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import time
 from pathlib import Path
+
+from rollout_bridge.launcher import launch_vllm, local_command, start_server
+from rollout_bridge.vllm_env import setup_venv
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -13,10 +23,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--model",
         action="append",
-        help="model (repeat for heterogeneous runs: one vLLM server each)",
+        help="model: 'default' (the embedded SmolLM2), a .gguf, an HF directory or hub name; "
+        "repeat for heterogeneous runs (one server each). vllm default: 'default'",
     )
     p.add_argument("--random-config", help="local engine: serve a random model of this config.json")
-    p.add_argument("--agents", type=int, default=4, help="LoRA slots (vLLM --max-loras)")
+    p.add_argument("--agents", type=int, default=4, help="agents served (LoRA slots)")
     p.add_argument("--max-lora-rank", type=int, default=16)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument(
@@ -24,49 +35,79 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--served-model-name")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for /health")
+    p.add_argument(
+        "--vllm-python",
+        help="vllm engine: interpreter that imports vllm (e.g. a GPU build); default: the "
+        "project's venv (python -m rollout_bridge.vllm_env)",
+    )
+    p.add_argument(
+        "--setup", action="store_true", help="vllm engine: create the project's vLLM venv first"
+    )
     p.set_defaults(func=main)
 
 
-def main(args: argparse.Namespace) -> int:
-    from rollout_bridge.launcher import local_command, start_server, vllm_command
+class _Stop(Exception):
+    """SIGTERM or SIGHUP arrived: shut down like Ctrl-C."""
 
-    models = args.model or [None]
-    handles = []
+
+def _raise_stop(signum, frame):
+    raise _Stop(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def _stop_on_signals():
+    old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        for k, model in enumerate(models):
-            port = args.port + k
-            if args.engine == "vllm":
-                if model is None:
-                    raise SystemExit("coevo serve --engine vllm needs --model")
-                argv, env = vllm_command(
-                    model,
-                    agents=args.agents,
-                    max_lora_rank=args.max_lora_rank,
-                    host=args.host,
-                    port=port,
-                    served_model_name=args.served_model_name,
-                )
-            else:
-                if model is not None and not Path(model).exists():  # before a server starts
-                    raise FileNotFoundError(f"model path not found: {model}")
-                argv, env = local_command(
-                    model=model,
-                    random_config=args.random_config,
-                    agents=args.agents,
-                    max_lora_rank=args.max_lora_rank,
-                    host=args.host,
-                    port=port,
-                    served_model_name=args.served_model_name,
-                )
-            url = f"http://{args.host}:{port}"
-            print(f"starting: {' '.join(argv)}", flush=True)
-            handles.append(start_server(argv, env, url, timeout=args.timeout))
-            print(f"ready: {url}", flush=True)
-        while all(h.proc.poll() is None for h in handles):
-            time.sleep(1.0)
-        return 1
-    except KeyboardInterrupt:
-        return 0
+        yield
     finally:
-        for h in handles:
-            h.stop()
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _start(args: argparse.Namespace, model: str | None, port: int):
+    if args.engine == "vllm":
+        return launch_vllm(
+            model or "default",
+            served_name=args.served_model_name or "SmolLM2-135M-Instruct",
+            agents=args.agents,
+            max_lora_rank=args.max_lora_rank,
+            python=args.vllm_python,
+            port=port,
+            timeout=args.timeout,
+        )
+    if model is not None and not Path(model).exists():  # before a server starts
+        raise FileNotFoundError(f"model path not found: {model}")
+    argv, env = local_command(
+        model=model,
+        random_config=args.random_config,
+        agents=args.agents,
+        max_lora_rank=args.max_lora_rank,
+        host=args.host,
+        port=port,
+        served_model_name=args.served_model_name,
+    )
+    print(f"starting: {' '.join(argv)}", flush=True)
+    return start_server(argv, env, f"http://{args.host}:{port}", timeout=args.timeout)
+
+
+def _alive(server) -> bool:
+    return server.alive() if hasattr(server, "alive") else server.proc.poll() is None
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.engine == "vllm" and args.setup and not args.vllm_python:
+        setup_venv()
+    servers = []
+    with _stop_on_signals():
+        try:
+            for k, model in enumerate(args.model or [None]):
+                servers.append(_start(args, model, args.port + k))
+                print(f"ready: {servers[-1].url}", flush=True)
+            while all(_alive(s) for s in servers):
+                time.sleep(1.0)
+            return 1
+        except (KeyboardInterrupt, _Stop):
+            return 0
+        finally:
+            for s in servers:
+                s.stop()

@@ -160,19 +160,23 @@ def start_server(
     proc = subprocess.Popen(argv, env=env, start_new_session=True, stdout=log, stderr=log)
     handle = ServerHandle(proc, url)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(
-                f"server exited with code {proc.returncode} before answering: {' '.join(argv)}"
-            )
-        try:
-            if httpx.get(url + "/health", timeout=2.0).status_code == 200:
-                return handle
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    handle.stop()
-    raise RuntimeError(f"server at {url} not healthy after {timeout:.0f} s")
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"server exited with code {proc.returncode} before answering: "
+                    + " ".join(argv)
+                )
+            try:
+                if httpx.get(url + "/health", timeout=2.0).status_code == 200:
+                    return handle
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        raise RuntimeError(f"server at {url} not healthy after {timeout:.0f} s")
+    except BaseException:  # timeout, Ctrl-C or a signal while waiting: leave no child behind
+        handle.stop()
+        raise
 
 
 class ManagedServer:

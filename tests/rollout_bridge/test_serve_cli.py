@@ -1,0 +1,58 @@
+"""``coevo serve`` stops every server it started on Ctrl-C, SIGTERM and SIGHUP."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from rollout_bridge.launcher import free_port
+from tests.rollout_bridge.test_http_bridge import HF_CONFIG
+
+
+def _serve(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(HF_CONFIG))
+    argv = [sys.executable, "-m", "coevo_jax.cli", "serve", "--engine", "local",
+            "--random-config", str(cfg), "--agents", "2", "--max-lora-rank", "4",
+            "--port", str(free_port()), "--timeout", "300"]  # fmt: skip
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signal_to_coevo_serve_leaves_no_process_behind(tmp_path, sig):
+    proc = _serve(tmp_path)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("ready:"):
+            break
+    assert lines and lines[-1].startswith("ready:"), "".join(lines)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert children, "the server runs as a child of coevo serve"
+    proc.send_signal(sig)
+    assert proc.wait(timeout=60) == 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(c.is_running() for c in children):
+        time.sleep(0.2)
+    alive = [c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"{sig.name} left {alive} running"
+
+
+def test_a_signal_while_the_server_starts_stops_it_too(tmp_path):
+    proc = _serve(tmp_path)
+    first = proc.stdout.readline()
+    assert first.startswith("starting:"), first
+    deadline = time.monotonic() + 30
+    children = []
+    while time.monotonic() < deadline and not children:
+        children = psutil.Process(proc.pid).children(recursive=True)
+        time.sleep(0.1)
+    assert children
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+    psutil.wait_procs(children, timeout=30)
+    assert not [c.pid for c in children if c.is_running() and c.status() != "zombie"]
