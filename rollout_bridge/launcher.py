@@ -65,6 +65,11 @@ def vllm_command(
         "--logprobs-mode", "processed_logprobs",
         "--dtype", dtype,
         "--max-model-len", str(max_model_len),
+        # A seeded request whose prompt is prefilled in chunks kills vLLM's CPU worker
+        # ("CPU Generator does not use offset" when it rewinds the request's generator); the
+        # bridge seeds every request, so prompts are prefilled whole.
+        "--no-enable-chunked-prefill",
+        "--max-num-batched-tokens", str(max(max_model_len, 4096)),
         "--host", host,
         "--port", str(port),
     ]  # fmt: skip

@@ -45,6 +45,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help=f"a subset of the baselines (default: all of {', '.join(BASELINES)})",
     )
+    p.add_argument(
+        "--engine",
+        choices=("inprocess", "http", "vllm"),
+        default=None,
+        help="rollout engine (default: the run's rollout.engine); vllm starts its own server",
+    )
+    p.add_argument("--vllm-python", help="vllm engine: interpreter that imports vllm")
+    p.add_argument("--url", action="append", help="http engine: server URL (repeat per group)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--compare", nargs="+", metavar="RUN_DIR", help="print a table across runs' latest reports"
@@ -85,6 +93,9 @@ def main(args: argparse.Namespace) -> int:
         max_new_tokens=args.max_new_tokens,
         baselines=baselines,
         progress=not args.no_progress,
+        engine=args.engine,
+        vllm_python=args.vllm_python,
+        urls=args.url,
     )
     print(payload["description"])
     print(markdown_table(payload["results"], payload["router_ms"], payload.get("comparisons")))

@@ -214,12 +214,17 @@ def evaluate_run(
     backbone: Any = None,
     agent_backbones: Any = None,
     progress: bool = False,
+    engine: str | None = None,
+    vllm_python: str | None = None,
+    urls: tuple[str, ...] | None = None,
     **kw,
 ) -> dict[str, Any]:
     """Restores ``run_dir``'s last checkpoint read-only and evaluates it on ``suite``.
 
     Only ``run_dir/eval/`` is written. ``backbone`` / ``agent_backbones`` stand in for the
-    config's models (tests); ``kw`` goes to :func:`evaluate_trainer`.
+    config's models (tests); ``engine`` (``inprocess`` | ``http`` | ``vllm``), ``vllm_python``
+    and ``urls`` replace the run's ``rollout`` settings (a ``vllm`` engine starts and stops
+    its own server); ``kw`` goes to :func:`evaluate_trainer`.
     """
     run_dir = Path(run_dir)
     cfg_path = run_dir / "config.json"
@@ -232,6 +237,10 @@ def evaluate_run(
     data_dir = Path(cfg.data.path) if cfg.data.path else run_dir / "data"
     records = suite_records(data_dir, suite, limit)
     tau = cfg.eval_tau if tau is None else tau
+    over = {"engine": engine, "vllm_python": vllm_python, "urls": tuple(urls) if urls else None}
+    over = {k: v for k, v in over.items() if v is not None}
+    if over:
+        cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, **over))
     with tempfile.TemporaryDirectory(prefix="coevo-eval-adapters-") as tmp:
         if cfg.rollout.engine != "inprocess":  # publishing writes adapter files: not into the run
             cfg = dataclasses.replace(

@@ -213,7 +213,8 @@ def _lora_slots(cfg: TrainConfig, spec: ModelSpec) -> int:
 
 def _start_vllm(cfg: TrainConfig, spec: ModelSpec, k: int, run_dir: Path) -> Any:
     ro = cfg.rollout
-    log = Path(run_dir) / f"vllm-server{k}.log"
+    # evaluation opens runs read-only and points adapter_dir outside them: the log goes there
+    log = Path(ro.adapter_dir or run_dir) / f"vllm-server{k}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     print(f"starting vLLM for {spec.name} (log: {log})", flush=True)
     return launch_vllm(

@@ -10,7 +10,6 @@ from rollout_bridge.launcher import local_command, vllm_command, vllm_max_lora_r
 def test_vllm_command_has_runtime_lora_flags():
     argv, env = vllm_command("Qwen/Qwen3-4B", agents=4, max_lora_rank=16, port=8123)
     assert argv[:3] == ["vllm", "serve", "Qwen/Qwen3-4B"]
-    flags = dict(zip(argv[3::2], argv[4::2], strict=False))
     assert "--enable-lora" in argv
     # one spare slot: with every slot taken, vLLM serves base rows with an adapter
     assert argv[argv.index("--max-loras") + 1] == "5"
@@ -18,7 +17,13 @@ def test_vllm_command_has_runtime_lora_flags():
     assert argv[argv.index("--logprobs-mode") + 1] == "processed_logprobs"
     assert argv[argv.index("--port") + 1] == "8123"
     assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
-    assert flags  # parsed
+    # seeded requests must never be prefilled in chunks (vLLM's CPU worker dies on it), so
+    # a whole prompt of max_model_len tokens fits one step
+    assert "--no-enable-chunked-prefill" in argv
+    def value(flag):
+        return int(argv[argv.index(flag) + 1])
+
+    assert value("--max-num-batched-tokens") >= value("--max-model-len")
 
 
 def test_vllm_rank_rounds_up_to_an_accepted_value():

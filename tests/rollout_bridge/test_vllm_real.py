@@ -7,7 +7,10 @@ or ``COEVO_VLLM_PYTHON`` pointing at an interpreter that imports vllm, and skips
 when neither exists.
 """
 
+import json
 import os
+import subprocess
+import sys
 
 import httpx
 import jax
@@ -131,3 +134,43 @@ def test_without_the_spare_lora_slot_the_check_catches_base_rows_served_with_an_
         assert -1 in e.value.failed
     finally:
         srv.stop()
+
+
+def _coevo(*argv, timeout=1500):
+    out = subprocess.run([sys.executable, "-m", "coevo_jax.cli", *argv], capture_output=True,
+                         text=True, timeout=timeout)  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return out.stdout
+
+
+def test_train_two_rounds_then_eval_through_vllm(python, tmp_path):
+    """``coevo train rollout.engine=vllm`` on the default config (2 short rounds; dynamic
+    sampling off so that flat groups still step and publish),
+    then ``coevo eval --engine vllm --limit 2`` on the run; each starts and stops its own
+    server."""
+    run = tmp_path / "run"
+    _coevo("train", "--out", str(run), "--no-progress", "rollout.engine=vllm",
+           f"rollout.vllm_python={python}", "loop.rounds=2", "loop.queries_per_round=4",
+           "loop.groups_per_step=1", "rollout.group_size=2", "rollout.max_new_tokens=24",
+           "loop.probe_every=0", "rl.dynamic_sampling=false")  # fmt: skip
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == [1, 2]
+    stepped = [r for r in rows if r["policy"]["agents"]]
+    assert stepped, "no agent stepped in 2 rounds"
+    for r in rows:
+        assert r["server_restarts"] == 0 and not r["failures"] and r["tokens_generated"] > 0
+        for agent, gap in (r["gap"] or {}).items():
+            assert gap["token_abs"] < 0.08, (r["round"], agent, gap)
+    assert rows[0]["gap"], "the gap is measured every round"
+    for r in stepped:
+        assert all(g["token_abs"] < 0.08 for g in r["selfcheck"]["group0"].values())
+    assert (run / "plots" / "logprob_gap.png").is_file()
+    assert (run / "vllm-server0.log").is_file()
+    out = _coevo("eval", "--run", str(run), "--engine", "vllm", "--vllm-python", python,
+                 "--limit", "2", "--no-baselines", "--no-progress", "--taus", "0.5")  # fmt: skip
+    assert "report written under" in out
+    reports = list((run / "eval").glob("*.json"))
+    assert len(reports) == 1
+    report = json.loads(reports[0].read_text())
+    assert report["results"]
+    assert not list(run.glob("vllm-server*.log"))[1:]  # eval logged outside the run
