@@ -14,10 +14,10 @@ One orchestration round:
 8. a router step from the round's cross-agent advantages;
 9. metrics, plots and, on schedule, an atomic checkpoint of the complete state.
 
-With an HTTP or vLLM engine and ``rollout.selfcheck``, each engine is checked
-(``coevo_jax.train.selfcheck``) when :meth:`Trainer.run` starts and after every round that
-published new adapters: a few short completions per agent, sampled in one batch with the base
-model, must match the trainer's recompute, or the run stops with ``EngineMismatch``.
+With an HTTP or vLLM engine and ``rollout.selfcheck``, each engine is checked against the
+trainer's recompute (``coevo_jax.train.selfcheck``) when :meth:`Trainer.run` starts and after
+every round that publishes adapters, so a serving bug stops the run (``EngineMismatch``)
+instead of training on wrong behaviour log-probs.
 
 Every ``loop.probe_every`` rounds, before the round, a fixed held-out probe set is routed and
 answered in inference mode (``coevo_jax.train.probe``) and logged under ``probe``.
