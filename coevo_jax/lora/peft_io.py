@@ -25,6 +25,7 @@ import math
 import os
 import re
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,18 @@ class AdapterFormatError(UserError, ValueError):
 
 def _hf_name(module: str) -> str:
     return HF_MODULE_NAMES[module].split(".")[1]
+
+
+def served_rank(rank: int, family: str, target_modules: Sequence[str]) -> int:
+    """The largest adapter rank the export writes for one agent of rank ``rank``: a server's
+    ``--max-lora-rank`` must hold it. Phi-3 fuses q/k/v (gate/up) into one module whose
+    block-diagonal adapter has rank ``k * rank`` for k adapted parts; other families export
+    each projection at ``rank``."""
+    if family != "phi3":
+        return rank
+    k = max((len(parts) for _, parts in PHI3_FUSED.values()
+             if any(p in target_modules for p in parts)), default=1)  # fmt: skip
+    return k * rank
 
 
 def _alpha_for(scale: float, rank: int, rslora: bool) -> float:

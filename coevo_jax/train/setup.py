@@ -20,6 +20,7 @@ import numpy as np
 from coevo_jax import data, models
 from coevo_jax.data.templates import render_chat
 from coevo_jax.lora import init_lora, unstack
+from coevo_jax.lora.peft_io import served_rank
 from coevo_jax.rl.train_step import PolicyState, init_policy_state, make_policy_step
 from coevo_jax.train.config import ModelSpec, TrainConfig
 from rollout_bridge.http_engine import HTTPEngine
@@ -194,7 +195,7 @@ def make_engine(
     servers = {} if servers is None else servers
     key = (spec.path, spec.name)
     if key not in servers:
-        servers[key] = _start_vllm(cfg, spec, len(servers), run_dir)
+        servers[key] = _start_vllm(cfg, spec, len(servers), run_dir, group.backbone.cfg.family)
     return HTTPEngine(
         servers[key].url,
         base_model=spec.name,
@@ -211,7 +212,7 @@ def _lora_slots(cfg: TrainConfig, spec: ModelSpec) -> int:
     return sum(1 for s in cfg.agent_models if (s.path, s.name) == (spec.path, spec.name))
 
 
-def _start_vllm(cfg: TrainConfig, spec: ModelSpec, k: int, run_dir: Path) -> Any:
+def _start_vllm(cfg: TrainConfig, spec: ModelSpec, k: int, run_dir: Path, family: str) -> Any:
     ro = cfg.rollout
     # evaluation opens runs read-only and points adapter_dir outside them: the log goes there
     log = Path(ro.adapter_dir or run_dir) / f"vllm-server{k}.log"
@@ -221,7 +222,8 @@ def _start_vllm(cfg: TrainConfig, spec: ModelSpec, k: int, run_dir: Path) -> Any
         spec.path,
         served_name=spec.name,
         agents=_lora_slots(cfg, spec),
-        max_lora_rank=cfg.lora.rank,
+        # a fused Phi-3 module's adapter has rank 3r (qkv): vLLM must accept it
+        max_lora_rank=served_rank(cfg.lora.rank, family, cfg.lora.target_modules),
         python=ro.vllm_python,
         log_path=log,
         timeout=ro.server_timeout,

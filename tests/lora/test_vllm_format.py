@@ -68,3 +68,18 @@ def test_vllm_loads_phi3_fused_export(tmp_path):
         for m in "qkv"
     ]
     np.testing.assert_allclose(fused, np.concatenate(parts, axis=1), rtol=1e-5, atol=1e-5)
+
+
+def test_served_rank_holds_every_exported_adapter(tmp_path):
+    """``--max-lora-rank`` must hold the fused qkv adapter (3r), not the agent rank r."""
+    from coevo_jax.lora.peft_io import served_rank
+
+    w = _random_weights()
+    r = int(w.params["q"]["A"].shape[-1])
+    out = export_peft(w, 0, tmp_path / "agent0-v1", base_model="tiny-phi3", family="phi3")
+    _, model = _load(out, {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"})
+    biggest = max(lw.lora_a.shape[0] for lw in model.loras.values())
+    assert biggest == 3 * r == served_rank(r, "phi3", tuple(HF))
+    assert served_rank(r, "phi3", ("gate", "up", "o")) == 2 * r
+    assert served_rank(r, "phi3", ("o", "down")) == r
+    assert served_rank(r, "llama", tuple(HF)) == r
