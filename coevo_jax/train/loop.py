@@ -38,6 +38,7 @@ extra forward pass (our reading; the seed does not say how it is measured).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -111,6 +112,64 @@ def default_reward_fn(
 def _seed(*parts: Any) -> int:
     h = hashlib.blake2b(repr(parts).encode(), digest_size=4).digest()
     return int.from_bytes(h, "little") & 0x7FFFFFFF
+
+
+@contextlib.contextmanager
+def _timed(timings: dict[str, float], key: str):
+    """Adds the block's wall time to ``timings[key]`` (the round's ``timings`` metrics)."""
+    t0 = time.perf_counter()
+    yield
+    timings[key] = time.perf_counter() - t0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rollouts:
+    """A round's complete groups: ``pairs[k]`` (query position, agent) owns the trajectories
+    ``flat[k*G:(k+1)*G]`` (as ``(pair, trajectory)``) and the rewards at the same slice;
+    ``failures`` names the (query, agent) requests that were dropped or came back short."""
+
+    pairs: list[tuple[int, int]]
+    flat: list
+    rewards: np.ndarray
+    failures: list[str]
+    group_size: int
+
+    def groups(self):
+        """``(q, a, trajectories, rewards)`` per complete group, in ``pairs`` order."""
+        g = self.group_size
+        for k, (q, a) in enumerate(self.pairs):
+            yield (
+                q,
+                a,
+                [t for _, t in self.flat[k * g : (k + 1) * g]],
+                self.rewards[k * g : (k + 1) * g],
+            )
+
+
+def _served_rewards(
+    rollouts: _Rollouts, n_queries: int, n_agents: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(rbar, served)``, both ``[B, N]``: each served (query, agent)'s mean group reward and
+    whether it served; the router step learns only from the served cells."""
+    rbar = np.zeros((n_queries, n_agents), np.float32)
+    served = np.zeros((n_queries, n_agents), bool)
+    for q, a, _, rs in rollouts.groups():
+        rbar[q, a] = float(rs.mean())
+        served[q, a] = True
+    return rbar, served
+
+
+def _sampling_entropy(rollouts: _Rollouts, n_agents: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(mean, tokens)``, both ``[N]``: each agent's mean negative log-prob over the tokens
+    it sampled this round (an estimate of its per-token entropy that needs no extra forward
+    pass; see the module docstring) and how many tokens that mean covers."""
+    ent_sum = np.zeros(n_agents)
+    ent_tok = np.zeros(n_agents)
+    for _, a, ts, _ in rollouts.groups():
+        for t in ts:
+            ent_sum[a] -= float(np.sum(t.logprobs))
+            ent_tok[a] += len(t.logprobs)
+    return np.where(ent_tok > 0, ent_sum / np.maximum(ent_tok, 1), 0.0), ent_tok
 
 
 class Trainer:
@@ -549,24 +608,22 @@ class Trainer:
             out.update({str(g.agents[local]): v for local, v in gaps.items()})
         return out
 
-    def run_round(self) -> dict[str, Any]:
+    def _run_probe(self, timings: dict[str, float]) -> dict[str, Any] | None:
+        """The held-out probe, when this round is due one (``loop.probe_every``): it runs
+        before the round, so it measures the agents and router the previous round left."""
         cfg = self.cfg
-        n_agents = cfg.lora.n_agents
-        g_size = cfg.rollout.group_size
-        t0 = time.perf_counter()
-        timings: dict[str, float] = {}
-        probe = None
-        if self.probe is not None and self.round % cfg.loop.probe_every == 0:
-            probe = {"after_rounds": self.round} | probe_lib.run_probe(
+        if self.probe is None or self.round % cfg.loop.probe_every != 0:
+            return None
+        with _timed(timings, "probe_s"):
+            return {"after_rounds": self.round} | probe_lib.run_probe(
                 self, self.probe,
                 max_new_tokens=cfg.loop.probe_max_new_tokens or cfg.rollout.max_new_tokens,
             )  # fmt: skip
-            timings["probe_s"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-        idx = self.stream.next(cfg.loop.queries_per_round)
-        recs = [self.records[i] for i in idx]
 
-        # 2-4: features, familiarity, routing
+    def _route(self, idx: list[int]) -> tuple[jax.Array, np.ndarray, np.ndarray]:
+        """Steps 2-4: ``(h, f, active)``, the router features ``[B, D]``, familiarity
+        ``[B, N]`` and the training activation ``[B, N]`` (agents out of budget never serve)."""
+        cfg = self.cfg
         ids, mask = pad_queries(
             [self._router_prompt(i) for i in idx],
             max_len=cfg.router.max_prompt_tokens,
@@ -586,37 +643,31 @@ class Trainer:
         capped = self.capped()
         if capped.any():
             active = self._route_uncapped(f, np.asarray(decision.s), capped)
-        timings["route_s"] = time.perf_counter() - t0
+        return h, f, active
 
-        # 5: generation and rewards (process 0 drives the engines and the verifiers)
-        t1 = time.perf_counter()
-        trajs, failures, rewards = [], [], np.zeros(0, np.float32)
-        if self.driver:
-            trajs, failures = self._generate(idx, active)
-        timings["generate_s"] = time.perf_counter() - t1
-        t2 = time.perf_counter()
+    def _score(
+        self, recs: list, active: np.ndarray, trajs: list, failures: list[str]
+    ) -> tuple[np.ndarray, _Rollouts]:
+        """Step 5, rewards: process 0 scores the complete groups, then every process takes
+        process 0's activations, trajectories, failures and rewards, so the policy and router
+        steps see one round everywhere. Returns ``(active, rollouts)``; incomplete groups are
+        reported as failures, never trained on."""
+        rewards = np.zeros(0, np.float32)
         if self.driver:
             _, flat, _ = self._complete_groups(trajs)
             rewards = self._rewards(recs, flat)
         if jax.process_count() > 1:
             active, trajs, failures, rewards = broadcast_object((active, trajs, failures, rewards))
         pairs, flat, incomplete = self._complete_groups(trajs)
-        failures += incomplete
-        timings["reward_s"] = time.perf_counter() - t2
+        rollouts = _Rollouts(
+            pairs, flat, rewards, failures + incomplete, self.cfg.rollout.group_size
+        )
+        return active, rollouts
 
-        # 6: buffers; rbar and entropy for the router
-        rbar = np.zeros((len(idx), n_agents), np.float32)
-        served = np.zeros((len(idx), n_agents), bool)
-        ent_sum = np.zeros(n_agents)
-        ent_tok = np.zeros(n_agents)
-        for k, (q, a) in enumerate(pairs):
-            ts = [t for _, t in flat[k * g_size : (k + 1) * g_size]]
-            rs = rewards[k * g_size : (k + 1) * g_size]
-            rbar[q, a] = float(rs.mean())
-            served[q, a] = True
-            for t in ts:
-                ent_sum[a] -= float(np.sum(t.logprobs))
-                ent_tok[a] += len(t.logprobs)
+    def _push_groups(self, idx: list[int], recs: list, rollouts: _Rollouts) -> None:
+        """Step 6: each complete group onto its agent's LIFO buffer, stamped with the oldest
+        adapter version that sampled it (what ``rollout.max_staleness`` is measured from)."""
+        for q, a, ts, rs in rollouts.groups():
             self.buffers[a].push(
                 [
                     Group(
@@ -630,36 +681,51 @@ class Trainer:
                     )
                 ]
             )
-        mean_ent = np.where(ent_tok > 0, ent_sum / np.maximum(ent_tok, 1), 0.0)
+
+    def _record_entropy(self, rollouts: _Rollouts) -> np.ndarray:
+        """Step 6: the round's per-agent generation entropy into the router's exploration
+        bonus; returns the ``[N]`` means (0 for agents that generated nothing)."""
+        mean_ent, ent_tok = _sampling_entropy(rollouts, self.cfg.lora.n_agents)
         self.router = record_entropy(
             self.router, jnp.asarray(mean_ent, jnp.float32), jnp.asarray(ent_tok, jnp.float32)
         )
+        return mean_ent
 
-        # the engine/trainer log-prob gap, under the adapters that sampled: before step 7
-        t_gap = time.perf_counter()
-        gap = self._logprob_gap(pairs, flat) if cfg.rl.measure_gap else None
-        timings["gap_s"] = time.perf_counter() - t_gap
-
-        # 7: policy steps
-        t3 = time.perf_counter()
-        policy_metrics = self._policy_steps()
-        timings["policy_s"] = time.perf_counter() - t3
-        t_check = time.perf_counter()
-        selfcheck = self.selfcheck() if policy_metrics["agents"] else None
-        timings["selfcheck_s"] = time.perf_counter() - t_check
-
-        # 8: router step on the activations actually served
-        t4 = time.perf_counter()
+    def _router_update(
+        self, h: jax.Array, active: np.ndarray, rbar: np.ndarray, served: np.ndarray
+    ) -> dict[str, Any]:
+        """Step 8: a router step on the activations actually served, then the UCB counters
+        (queries none of whose agents served a complete group do not count)."""
         valid = served.any(axis=1)
         self.router, rm = router_step(self.router, h, jnp.asarray(rbar), jnp.asarray(served))
         self.router = update_counters(self.router, jnp.asarray(active), jnp.asarray(valid))
-        timings["router_s"] = time.perf_counter() - t4
-        timings["round_s"] = time.perf_counter() - t0
+        return rm
 
-        # 9: metrics
-        self.round += 1
+    def _log_features(self, h: jax.Array, f: np.ndarray, active: np.ndarray, recs: list) -> None:
+        """The round's router features into the reservoir behind the feature plots, labelled
+        with the most familiar agent that served each query (-1: none)."""
         routed_agent = np.where(active, f, -1.0).argmax(axis=1)
         self._features_log.add(np.asarray(h), routed_agent, [str(r.get("class", "")) for r in recs])
+
+    def _round_record(
+        self,
+        *,
+        recs: list,
+        f: np.ndarray,
+        active: np.ndarray,
+        rbar: np.ndarray,
+        served: np.ndarray,
+        rollouts: _Rollouts,
+        mean_ent: np.ndarray,
+        policy: dict[str, Any],
+        gap: dict[str, Any] | None,
+        selfcheck: dict[str, Any] | None,
+        rm: dict[str, Any],
+        timings: dict[str, float],
+        probe: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        """Step 9: the round's ``metrics.jsonl`` row (docs/design.md §2 names its fields)."""
+        n_agents = self.cfg.lora.n_agents
         by_class = probe_lib.mean_by_label(f, [str(r.get("class", "")) for r in recs])
         sizes = active.sum(axis=1)
         record = {
@@ -677,14 +743,14 @@ class Trainer:
             },
             "updates": self.agent_steps(),
             "versions": list(self.versions),
-            "tokens_generated": int(sum(len(t.completion_ids) for _, t in flat)),
+            "tokens_generated": int(sum(len(t.completion_ids) for _, t in rollouts.flat)),
             "entropy": mean_ent.tolist(),
             "buffers": [len(b) for b in self.buffers],
             "dropped_flat": [b.dropped_flat for b in self.buffers],
             "dropped_overflow": [b.dropped_overflow for b in self.buffers],
             "capped": self.capped().tolist(),
-            "failures": failures,
-            "policy": policy_metrics,
+            "failures": rollouts.failures,
+            "policy": policy,
             "gap": gap,
             "selfcheck": selfcheck,
             "server_restarts": self.server_restarts(),
@@ -697,6 +763,45 @@ class Trainer:
         }
         if probe is not None:
             record["probe"] = probe
+        return record
+
+    def run_round(self) -> dict[str, Any]:
+        """One orchestration round, steps 1-9 of the module docstring; returns its metrics
+        row (also written to ``metrics.jsonl``). ``timings`` times each step; ``round_s``
+        is the whole round without the probe."""
+        cfg = self.cfg
+        timings: dict[str, float] = {}
+        probe = self._run_probe(timings)
+        t0 = time.perf_counter()
+        with _timed(timings, "route_s"):
+            idx = self.stream.next(cfg.loop.queries_per_round)
+            recs = [self.records[i] for i in idx]
+            h, f, active = self._route(idx)
+        with _timed(timings, "generate_s"):
+            trajs, failures = self._generate(idx, active) if self.driver else ([], [])
+        with _timed(timings, "reward_s"):
+            active, rollouts = self._score(recs, active, trajs, failures)
+        self._push_groups(idx, recs, rollouts)
+        rbar, served = _served_rewards(rollouts, len(idx), cfg.lora.n_agents)
+        mean_ent = self._record_entropy(rollouts)
+        # the engine/trainer log-prob gap, under the adapters that sampled: before step 7
+        with _timed(timings, "gap_s"):
+            gap = self._logprob_gap(rollouts.pairs, rollouts.flat) if cfg.rl.measure_gap else None
+        with _timed(timings, "policy_s"):
+            policy = self._policy_steps()
+        with _timed(timings, "selfcheck_s"):
+            selfcheck = self.selfcheck() if policy["agents"] else None
+        with _timed(timings, "router_s"):
+            rm = self._router_update(h, active, rbar, served)
+        timings["round_s"] = time.perf_counter() - t0
+
+        self.round += 1
+        self._log_features(h, f, active, recs)
+        record = self._round_record(
+            recs=recs, f=f, active=active, rbar=rbar, served=served, rollouts=rollouts,
+            mean_ent=mean_ent, policy=policy, gap=gap, selfcheck=selfcheck, rm=rm,
+            timings=timings, probe=probe,
+        )  # fmt: skip
         if self.metrics is not None:
             self.metrics.write(record)
         release_free_memory()  # the round's freed buffers, held by malloc (train.memory)
