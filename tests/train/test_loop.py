@@ -8,12 +8,7 @@ import pytest
 from coevo_jax._config import from_dict, to_dict
 from coevo_jax.train.config import TrainConfig
 from coevo_jax.train.loop import QueryStream
-from tests.train._tiny import (  # reward_has_digit_char: still imported from here elsewhere
-    reward_has_digit_char,  # noqa: F401
-    tiny_backbone,
-    tiny_config,
-    tiny_trainer,
-)
+from tests.train._tiny import tiny_backbone, tiny_config, tiny_trainer
 
 
 def test_query_stream_is_deterministic_and_distinct():
