@@ -103,6 +103,11 @@ class HTTPEngine:
         self.retired: list[str] = []  # names waiting for their in-flight requests
         self.in_flight: dict[str, int] = {}
         self.lock = threading.Lock()
+        # Recovery is one thread at a time: after a restart every in-flight call fails at
+        # once, and concurrent re-loads of one name race ("already loaded" -> unload ->
+        # another thread's call gets 404), which exhausted the retries against real vLLM.
+        self._recover_lock = threading.Lock()
+        self.epoch = 0  # completed recoveries; a call that began before one just retries
         self.republished = 0
         self.retried = 0
         self.server = server
@@ -145,6 +150,16 @@ class HTTPEngine:
     def _restart_server(self, seen: int) -> None:
         if self.server.restart(seen=seen):
             self.recover()
+
+    def _served(self) -> set[str] | None:
+        """Names the server serves now (``/v1/models``), or None when it cannot tell."""
+        try:
+            r = self.client.get(self.url + "/v1/models", timeout=10.0)
+            if r.status_code == 200:
+                return {m["id"] for m in r.json()["data"]}
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            pass
+        return None
 
     def wait_healthy(self, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
@@ -201,20 +216,33 @@ class HTTPEngine:
                 self.retired.append(prev[0])
         self._reap()
 
-    def recover(self) -> None:
-        """After a server restart: wait for health, re-load every adapter that should be live."""
-        self.wait_healthy()
-        with self.lock:
-            live = list(self.live.values())
-        for name, path, _ in live:
-            self._load(name, path)
-        self.republished += 1
+    def recover(self, seen: int | None = None) -> None:
+        """After a server restart or a lost adapter: wait for health, then load every adapter
+        that should be live and is not served.
+
+        Args:
+          seen: the :attr:`epoch` the caller saw when its call began; when another thread
+            has recovered since, this returns at once and the caller just retries.
+        """
+        with self._recover_lock:
+            if seen is not None and seen != self.epoch:
+                return
+            self.wait_healthy()
+            served = self._served()
+            with self.lock:
+                live = list(self.live.values())
+            for name, path, _ in live:
+                if served is None or name not in served:
+                    self._load(name, path)
+            self.epoch += 1
+            self.republished += 1
 
     def _call(self, chunk: list[GenerationRequest]) -> list[Trajectory]:
         first = chunk[0]
         n = first.n
         for attempt in range(self.retries + 1):
             generation = self.server.generation if self.server is not None else 0
+            epoch = self.epoch
             with self.lock:
                 name, _, version = self.live.get(first.agent_id, (self.base_model, "", 0))
                 if first.agent_id < 0:
@@ -250,7 +278,7 @@ class HTTPEngine:
                 self.retried += 1
                 if attempt == self.retries:
                     raise
-                self.recover()
+                self.recover(seen=epoch)
             except _Retryable:
                 self.retried += 1
                 if attempt == self.retries:
@@ -261,7 +289,7 @@ class HTTPEngine:
                 time.sleep(self.backoff * 2**attempt)
                 if not self.health():
                     try:
-                        self.recover()
+                        self.recover(seen=epoch)
                     except TimeoutError:
                         pass
             finally:

@@ -216,3 +216,31 @@ def test_server_restart_mid_round_republishes_and_completes(server, model, tmp_p
     assert len(keys) == len(set(keys))
     assert {t.version for t in trajs} == {7}
     eng.close()
+
+
+def test_concurrent_recoveries_reload_each_adapter_once(tmp_path):
+    """After a restart every in-flight call fails at once; the first recovery re-loads the
+    missing adapters and the others, which began before it, only retry (concurrent re-loads
+    of one name raced on real vLLM: 'already loaded' -> unload -> 404 for another call)."""
+    engine = HTTPEngine("http://127.0.0.1:1", base_model="tiny", adapter_dir=tmp_path)
+    engine.live = {0: ("agent0-v1", "p0", 1), 1: ("agent1-v1", "p1", 1)}
+    loads, gate = [], threading.Barrier(6)
+    engine.wait_healthy = lambda timeout=120.0: None
+    engine._served = lambda: {"tiny", "agent1-v1"}  # the restarted server kept agent 1 only
+    engine._load = lambda name, path: (loads.append(name), time.sleep(0.05))
+
+    def call():
+        seen = engine.epoch
+        gate.wait()
+        engine.recover(seen=seen)
+
+    threads = [threading.Thread(target=call) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert loads == ["agent0-v1"]
+    assert engine.epoch == 1
+    engine.recover()  # unconditional (after a restart this engine made): still only missing
+    assert loads == ["agent0-v1", "agent0-v1"] and engine.epoch == 2
+    engine.close()

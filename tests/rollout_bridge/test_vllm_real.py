@@ -9,8 +9,10 @@ when neither exists.
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 
 import httpx
 import jax
@@ -22,6 +24,7 @@ from coevo_jax.rl.config import RLConfig
 from coevo_jax.train.config import ModelSpec
 from coevo_jax.train.selfcheck import EngineMismatch, check_engine
 from coevo_jax.train.setup import load_backbone
+from rollout_bridge.engine import GenerationRequest
 from rollout_bridge.http_engine import HTTPEngine
 from rollout_bridge.launcher import launch_vllm
 from rollout_bridge.vllm_env import VLLMEnvError, find_vllm_python
@@ -67,7 +70,12 @@ def _adapters(backbone, seed, scale):
 
 def _prompts(backbone):
     tok = backbone.tokenizer
-    return [tok.encode(tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)) for q in QUESTIONS]
+    return [
+        tok.encode(
+            tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)
+        )
+        for q in QUESTIONS
+    ]
 
 
 def _engine(server, backbone, tmp_path):
@@ -114,6 +122,77 @@ def test_publish_v2_generation_follows_v2_and_the_old_version_is_unloaded(
     assert {"agent0-v2", "agent1-v2"} <= served
     assert not {"agent0-v1", "agent1-v1"} & served
     engine.close()
+
+
+def _vllm_children(pgid: int) -> dict[int, str]:
+    """pid -> process title of every process in the server's group (vLLM renames its
+    children ``VLLM::EngineCore``, ``VLLM::Worker``...)."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{d}/stat").read()
+            title = open(f"/proc/{d}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[2]) == pgid:  # field 5: pgrp
+            out[int(d)] = title
+    return out
+
+
+def test_kill_9_of_the_engine_mid_round_restarts_it_and_loses_no_trajectory(
+    server, backbone, tmp_path
+):
+    """Hazard 2: with vLLM's engine process killed while a round's 9 calls are in flight, the
+    engine answers 500, the bridge restarts the server it owns, re-publishes both agents and
+    retries; every request comes back exactly n times and the restart is counted."""
+    lora = _adapters(backbone, 4, 0.02)
+    engine = HTTPEngine(server.url, base_model=NAME, adapter_dir=tmp_path, server=server,
+                        eos_ids=backbone.tokenizer.eos_token_ids, family=backbone.cfg.family,
+                        max_prompts_per_call=1, retries=4)  # fmt: skip
+    for a in range(2):
+        engine.publish(a, lora, 1)
+    pgid, restarts = server.handle.proc.pid, server.restarts
+    killed: list[str] = []
+
+    def kill_engine():
+        procs = _vllm_children(pgid)
+        worker = [p for p, t in procs.items() if "Worker" in t] or [
+            p for p, t in procs.items() if "EngineCore" in t
+        ]
+        assert worker, procs
+        os.kill(worker[0], signal.SIGKILL)
+        killed.append(procs[worker[0]])
+
+    timer = []
+
+    def on_request(path, body):
+        if path == "/v1/completions" and not timer:
+            timer.append(threading.Timer(1.5, kill_engine))
+            timer[0].start()
+
+    engine.on_request = on_request
+    requests = [
+        GenerationRequest(
+            tuple(p), agent_id=a, n=2, max_tokens=128, seed=10 * k + a + 1, query_id=f"q{k}a{a}"
+        )  # fmt: skip
+        for k, p in enumerate(_prompts(backbone))
+        for a in (-1, 0, 1)
+    ]
+    trajs = engine.generate(requests)
+    timer[0].join()
+    print("killed", killed, "retried", engine.retried, "restarts", server.restarts - restarts)
+    assert killed and server.restarts == restarts + 1
+    assert engine.retried > 0, "no call was in flight when the engine died"
+    got = sorted((t.query_id, t.sample_index) for t in trajs)
+    assert got == sorted((r.query_id, j) for r in requests for j in range(2))
+    for t in trajs:
+        assert t.agent_id == int(t.query_id.split("a")[-1]) and len(t.logprobs) == len(
+            t.completion_ids
+        )
+    engine.on_request = None
+    assert not _check(engine, backbone, lora, raise_on_mismatch=False).failed  # re-published
 
 
 def test_without_the_spare_lora_slot_the_check_catches_base_rows_served_with_an_adapter(
