@@ -13,6 +13,7 @@ import signal
 import time
 from pathlib import Path
 
+from coevo_jax._errors import UserError
 from rollout_bridge.launcher import launch_vllm, local_command, start_server
 from rollout_bridge.vllm_env import setup_venv
 
@@ -44,6 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--setup", action="store_true", help="vllm engine: create the project's vLLM venv first"
     )
     p.set_defaults(func=main)
+
+
+class ServeArgumentError(UserError, ValueError):
+    """Options of ``coevo serve`` that do not go together."""
 
 
 class _Stop(Exception):
@@ -90,11 +95,25 @@ def _start(args: argparse.Namespace, model: str | None, port: int):
     return start_server(argv, env, f"http://{args.host}:{port}", timeout=args.timeout)
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Refuses a bad ``--random-config`` before any server starts: a started server that dies
+    on it reports only its exit code, after the wait for /health."""
+    if args.random_config is None:
+        return
+    if args.engine != "local":
+        raise ServeArgumentError("--random-config is for --engine local (the JAX server)")
+    # Imported here: it loads JAX, which building the `coevo` parser must not.
+    from coevo_jax.models.hf_loader import read_config_file
+
+    read_config_file(args.random_config)
+
+
 def _alive(server) -> bool:
     return server.alive() if hasattr(server, "alive") else server.proc.poll() is None
 
 
 def main(args: argparse.Namespace) -> int:
+    check_args(args)
     if args.engine == "vllm" and args.setup and not args.vllm_python:
         setup_venv()
     servers = []

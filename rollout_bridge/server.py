@@ -39,6 +39,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from coevo_jax.models.config import ModelConfig
 from coevo_jax.models.decoder import init_params
 from coevo_jax.models.default import default_model_path
+from coevo_jax.models.hf_loader import read_config_file
 from coevo_jax.models.loading import load
 from coevo_jax.models.sampler import GenerationResult
 from coevo_jax.models.sampler import generate as sample
@@ -368,8 +369,7 @@ def create_app(backend: ServerBackend):
 def backend_from_args(args: argparse.Namespace) -> ServerBackend:
     """Builds the backend from ``--model``/``--random-config`` and the LoRA limits."""
     if args.random_config:
-        with open(args.random_config) as f:
-            cfg = ModelConfig.from_hf_dict(json.load(f), source=args.random_config)
+        cfg = read_config_file(args.random_config)  # the check `coevo serve` runs first
         params = init_params(cfg, jax.random.PRNGKey(args.seed))
         tokenizer = None
         name = args.served_model_name or "random"

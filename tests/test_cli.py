@@ -31,6 +31,11 @@ CASES = {
         "coevo eval: /nonexistent/config.json: not a training run directory",
         None,
     ),
+    "eval unknown suite": (
+        ["eval", "--run", "/nonexistent", "--suite", "nosuch"],
+        "coevo eval: unknown suite 'nosuch': use cpu, id, ood or the path of a JSONL file",
+        None,
+    ),
     "eval compare without report": (
         ["eval", "--compare", "/nonexistent"],
         "coevo eval: /nonexistent: no eval report; run `coevo eval --run /nonexistent` first",
@@ -39,6 +44,21 @@ CASES = {
     "generate bad model": (
         ["generate", "--prompt", "hi", "--model", "/nonexistent"],
         "coevo generate: model path not found: /nonexistent",
+        None,
+    ),
+    "generate not a gguf": (
+        ["generate", "--prompt", "hi", "--model", "{tmp}/fake.gguf"],
+        "coevo generate: {tmp}/fake.gguf is not a GGUF file: it starts with b'hell'",
+        None,
+    ),
+    "generate top-p out of range": (
+        ["generate", "--prompt", "hi", "--top-p", "2"],
+        "coevo generate: --top-p must be in (0, 1], got 2.0",
+        None,
+    ),
+    "generate negative temperature": (
+        ["generate", "--prompt", "hi", "--temperature", "-1"],
+        "coevo generate: --temperature must be finite and >= 0, got -1.0",
         None,
     ),
     "merge not an adapter": (
@@ -69,6 +89,26 @@ CASES = {
     "serve bad model": (
         ["serve", "--engine", "local", "--model", "/nonexistent"],
         "coevo serve: model path not found: /nonexistent",
+        None,
+    ),
+    "serve missing random config": (
+        ["serve", "--engine", "local", "--random-config", "/nonexistent.json"],
+        "coevo serve: model config not found: /nonexistent.json",
+        None,
+    ),
+    "serve bad random config": (
+        ["serve", "--engine", "local", "--random-config", "{tmp}/config.json"],
+        "coevo serve: {tmp}/config.json: missing field 'hidden_size'",
+        None,
+    ),
+    "serve random config with vllm": (
+        ["serve", "--engine", "vllm", "--random-config", "{tmp}/config.json"],
+        "coevo serve: --random-config is for --engine local",
+        None,
+    ),
+    "evochamber missing data": (
+        ["evochamber", "--stream", "hard_math", "--out", "{tmp}/e", "--data", "/nonexistent"],
+        "coevo evochamber: data directory not found: /nonexistent",
         None,
     ),
     "evochamber missing config": (
@@ -108,6 +148,8 @@ def test_user_error_is_one_line_and_exit_2(name, capsys, tmp_path):
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     prefix = prefix.replace("{tmp}", str(tmp_path))
     (tmp_path / "bad.jsonl").write_text('{"id": "x"}\n')  # a record with no source
+    (tmp_path / "fake.gguf").write_text("hello")  # not a GGUF
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')  # no sizes
     assert cli.main(argv) == 2
     out, err = capsys.readouterr()
     assert out == "" or "Traceback" not in out

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from coevo_jax._config import from_dict
+from coevo_jax._errors import UserError
 from coevo_jax.data import read_records
 from coevo_jax.eval import stats
 from coevo_jax.eval.collect import collect
@@ -32,6 +33,21 @@ from coevo_jax.train.loop import Trainer
 
 SUITES = {"cpu": ("eval_id", "eval_ood"), "id": ("eval_id",), "ood": ("eval_ood",)}
 ALL_BASELINES = ("base", "single", "uniform_vote", "random", "top", "oracle")
+
+
+class SuiteError(UserError, ValueError):
+    """An evaluation suite that names neither a known split set nor a records file, or one
+    with no records: the user's ``--suite``, not a bug."""
+
+
+def check_suite(suite: str) -> None:
+    """Raises :class:`SuiteError` unless ``suite`` is a named suite or an existing file, so a
+    typo stops the evaluation before it loads the run's models."""
+    if suite not in SUITES and not Path(suite).is_file():
+        raise SuiteError(
+            f"unknown suite {suite!r}: use {', '.join(SUITES)} or the path of a JSONL file "
+            "of records"
+        )
 
 
 def _per_dataset(recs: list[Any], limit: int | None) -> list[Any]:
@@ -55,11 +71,9 @@ def suite_records(data_dir: Path, suite: str, limit: int | None = None) -> list[
     build``): ``eval_id.jsonl`` and/or ``eval_ood.jsonl``. ``limit`` keeps the first
     ``limit`` records of each dataset (source), so a short evaluation still covers every one.
     """
+    check_suite(suite)
     if suite not in SUITES:
-        path = Path(suite)
-        if not path.is_file():
-            raise ValueError(f"unknown suite {suite!r}: use cpu, id, ood or a JSONL file")
-        return _per_dataset(read_records(path), limit)
+        return _per_dataset(read_records(Path(suite)), limit)
     out = []
     for split in SUITES[suite]:
         f = Path(data_dir) / f"{split}.jsonl"
@@ -67,7 +81,7 @@ def suite_records(data_dir: Path, suite: str, limit: int | None = None) -> list[
             raise FileNotFoundError(f"{f}: missing; build the mixture with `coevo data build`")
         out += _per_dataset(read_records(f), limit)
     if not out:
-        raise ValueError(f"suite {suite!r} under {data_dir}: no records")
+        raise SuiteError(f"suite {suite!r} under {data_dir}: no records")
     return out
 
 
@@ -226,6 +240,7 @@ def evaluate_run(
     and ``urls`` replace the run's ``rollout`` settings (a ``vllm`` engine starts and stops
     its own server); ``kw`` goes to :func:`evaluate_trainer`.
     """
+    check_suite(suite)
     run_dir = Path(run_dir)
     cfg_path = run_dir / "config.json"
     if not cfg_path.is_file():

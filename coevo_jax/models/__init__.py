@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from coevo_jax.models.config import ModelConfig, UnsupportedModelError
+from coevo_jax.models.config import ModelConfig, ModelConfigError, UnsupportedModelError
 from coevo_jax.models.decoder import (
     Decoder,
     DecoderOutput,
@@ -28,6 +28,7 @@ __all__ = [
     "DecoderOutput",
     "KVCache",
     "ModelConfig",
+    "ModelConfigError",
     "ModelLoadError",
     "UnsupportedModelError",
     "default_model_path",

@@ -52,11 +52,12 @@ def run(args: argparse.Namespace) -> int:
 
     from coevo_jax.models.default import default_model_path
     from coevo_jax.models.loading import load
-    from coevo_jax.models.sampler import generate
+    from coevo_jax.models.sampler import check_sampling, generate
 
     if args.max_new_tokens < 1:
         print("coevo generate: --max-new-tokens must be >= 1", file=sys.stderr)
         return 2
+    check_sampling(args.temperature, args.top_p, names=("--temperature", "--top-p"))
     progress = not args.no_progress and sys.stderr.isatty()
     try:
         path = args.model or default_model_path()

@@ -38,6 +38,11 @@ class UnsupportedModelError(UserError, ValueError):
     """The config describes an architecture or option this package does not implement."""
 
 
+class ModelConfigError(UserError, ValueError):
+    """A config (``config.json`` or GGUF metadata) with missing or inconsistent sizes: the
+    user's model files, not a bug, so ``coevo`` reports it in one line."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """Sizes and options of a decoder; hashable so it can be a static ``jit`` argument.
@@ -167,7 +172,7 @@ class ModelConfig:
         Raises:
           UnsupportedModelError: unknown ``model_type``/architecture or an unsupported option
             (biases, sliding-window layer mixes, rope types other than default/llama3/longrope).
-          ValueError: missing or inconsistent sizes.
+          ModelConfigError: missing or inconsistent sizes.
         """
         try:
             return _from_hf_dict(d)
@@ -175,7 +180,7 @@ class ModelConfig:
             raise UnsupportedModelError(f"{source}: {e}") from e
         except (KeyError, TypeError, ValueError) as e:
             detail = f"missing field {e}" if isinstance(e, KeyError) else str(e)
-            raise ValueError(f"{source}: {detail}") from e
+            raise ModelConfigError(f"{source}: {detail}") from e
 
 
 def _family_of(d: dict[str, Any]) -> str:

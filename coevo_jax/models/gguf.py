@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from coevo_jax._errors import UserError
+
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_ARCHITECTURES = ("llama", "qwen3")
 
@@ -43,6 +45,11 @@ _LAYER_TENSORS = {
 }
 
 
+class GGUFError(UserError, ValueError):
+    """A file that is not a GGUF this loader can read (wrong magic, truncated, unsupported
+    architecture or quantisation, missing or misshapen tensor): the user's file, not a bug."""
+
+
 def _check_gguf(path: str | os.PathLike) -> str:
     path = os.fspath(path)
     if not os.path.isfile(path):
@@ -50,7 +57,7 @@ def _check_gguf(path: str | os.PathLike) -> str:
     with open(path, "rb") as f:
         magic = f.read(4)
     if magic != GGUF_MAGIC:
-        raise ValueError(
+        raise GGUFError(
             f"{path} is not a GGUF file: it starts with {magic!r}, a GGUF file starts with "
             f"{GGUF_MAGIC!r}."
         )
@@ -63,7 +70,7 @@ def _reader(path: str):
     try:
         return gguf.GGUFReader(path, "r")
     except Exception as e:  # truncated or corrupt: the reader fails with assorted errors
-        raise ValueError(f"{path}: cannot read GGUF ({type(e).__name__}: {e})") from e
+        raise GGUFError(f"{path}: cannot read GGUF ({type(e).__name__}: {e})") from e
 
 
 def _field_value(field) -> Any:
@@ -99,7 +106,7 @@ def hf_config_from_metadata(meta: dict[str, Any], *, tied: bool, source: str = "
     """
     arch = meta.get("general.architecture")
     if arch not in SUPPORTED_ARCHITECTURES:
-        raise ValueError(
+        raise GGUFError(
             f"{source}: GGUF architecture {arch!r} is not supported (supported: "
             f"{', '.join(SUPPORTED_ARCHITECTURES)}); load the model from its HF directory."
         )
@@ -109,12 +116,12 @@ def hf_config_from_metadata(meta: dict[str, Any], *, tied: bool, source: str = "
         if full in meta:
             return meta[full]
         if required and default is None:
-            raise ValueError(f"{source}: GGUF metadata lacks {full!r}")
+            raise GGUFError(f"{source}: GGUF metadata lacks {full!r}")
         return default
 
     scaling = get("rope.scaling.type", "none", required=False)
     if scaling not in ("none", None):
-        raise ValueError(
+        raise GGUFError(
             f"{source}: RoPE scaling {scaling!r} in a GGUF is not supported; load the model "
             "from its HF directory."
         )
@@ -169,7 +176,7 @@ def load_gguf_arrays(path: str | os.PathLike, *, dtype=np.float32):
 
     Raises:
       FileNotFoundError: no such file.
-      ValueError: not a GGUF, unreadable, unsupported architecture, missing or misshapen tensor;
+      GGUFError: not a GGUF, unreadable, unsupported architecture, missing or misshapen tensor;
         the message names the file and the tensor.
     """
     import gguf
@@ -179,7 +186,7 @@ def load_gguf_arrays(path: str | os.PathLike, *, dtype=np.float32):
     meta = {name: _field_value(field) for name, field in reader.fields.items()}
     tensors = {t.name: t for t in reader.tensors}
     if "rope_freqs.weight" in tensors:
-        raise ValueError(
+        raise GGUFError(
             f"{path}: has a 'rope_freqs.weight' tensor (llama-3.1 RoPE scaling), which GGUF "
             "loading does not support; load the model from its HF directory."
         )
@@ -209,18 +216,18 @@ def load_gguf_arrays(path: str | os.PathLike, *, dtype=np.float32):
 
     def fetch(name: str, shape: tuple[int, ...]) -> np.ndarray:
         if name not in tensors:
-            raise ValueError(f"{path}: tensor {name!r} is missing")
+            raise GGUFError(f"{path}: tensor {name!r} is missing")
         t = tensors[name]
         try:
             w = gguf.quants.dequantize(t.data, t.tensor_type)
         except NotImplementedError as e:
-            raise ValueError(
+            raise GGUFError(
                 f"{path}: tensor {name!r} has quantisation {t.tensor_type.name}, which the "
                 f"gguf package cannot dequantise ({e})"
             ) from e
         w = np.asarray(w, dtype=np.float32)
         if w.shape != shape:
-            raise ValueError(
+            raise GGUFError(
                 f"{path}: tensor {name!r} has shape {w.shape}, expected {shape} from the "
                 "file's metadata"
             )

@@ -41,10 +41,26 @@ def read_config(model_dir: str | os.PathLike) -> ModelConfig:
     path = Path(model_dir) / "config.json"
     if not path.is_file():
         raise ModelLoadError(f"{path}: not found (an HF model directory needs config.json)")
+    return read_config_file(path)
+
+
+def read_config_file(path: str | os.PathLike) -> ModelConfig:
+    """``ModelConfig`` from an HF ``config.json`` file, wherever it lies (a model directory,
+    or the server's ``--random-config``); every error names the file.
+
+    Raises:
+      ModelLoadError: no such file, not JSON, not a JSON object.
+      ModelConfigError, UnsupportedModelError: see ``ModelConfig.from_hf_dict``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ModelLoadError(f"model config not found: {path}")
     try:
         data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ModelLoadError(f"{path}: not valid JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise ModelLoadError(f"{path}: expected a JSON object, got {type(data).__name__}")
     return ModelConfig.from_hf_dict(data, source=str(path))
 
 

@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from coevo_jax._errors import UserError
 from coevo_jax.lora.weights import LoRAWeights
 from coevo_jax.models.config import ModelConfig
 from coevo_jax.models.decoder import KVCache, forward, lm_head
@@ -237,6 +238,25 @@ def generate_arrays(
     return tokens, logprobs, lengths, stopped
 
 
+class SamplingError(UserError, ValueError):
+    """A temperature or top-p outside its range: the caller's setting, not a bug."""
+
+
+def check_sampling(
+    temperature: Any, top_p: Any, *, names: tuple[str, str] = ("temperature", "top_p")
+) -> None:
+    """Raises :class:`SamplingError` unless every temperature is finite and >= 0 and every
+    top-p is in (0, 1]. :func:`generate` checks its rows with it; a command checks its flags
+    with it (``names``: how the message names them) before it loads a model.
+    """
+    temps = np.asarray(temperature, np.float32)
+    tops = np.asarray(top_p, np.float32)
+    if (temps < 0).any() or not np.isfinite(temps).all():
+        raise SamplingError(f"{names[0]} must be finite and >= 0, got {temps.tolist()}")
+    if not ((tops > 0) & (tops <= 1)).all():  # NaN fails too
+        raise SamplingError(f"{names[1]} must be in (0, 1], got {tops.tolist()}")
+
+
 def _per_row(value, n: int, name: str, dtype) -> np.ndarray:
     arr = np.asarray(value, dtype=dtype)
     if arr.ndim == 0:
@@ -294,10 +314,7 @@ def generate(
         raise ValueError(f"prompt {lens.index(min(lens))} is empty; every prompt needs a token")
     temps = _per_row(temperature, n, "temperature", np.float32)
     tops = _per_row(top_p, n, "top_p", np.float32)
-    if (temps < 0).any() or not np.isfinite(temps).all():
-        raise ValueError(f"temperature must be finite and >= 0, got {temps.tolist()}")
-    if ((tops <= 0) | (tops > 1)).any():
-        raise ValueError(f"top_p must be in (0, 1], got {tops.tolist()}")
+    check_sampling(temps, tops)
     if seeds is None:
         seeds = np.random.SeedSequence().generate_state(n)
     seeds = _per_row(np.asarray(seeds, np.int64) % (2**32), n, "seeds", np.uint32)

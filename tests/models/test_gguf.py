@@ -14,6 +14,7 @@ import pytest
 
 gguf = pytest.importorskip("gguf")
 
+from coevo_jax._errors import user_message  # noqa: E402
 from coevo_jax.models.default import default_model_path  # noqa: E402
 from coevo_jax.models.gguf import (  # noqa: E402
     hf_config_from_metadata,
@@ -232,6 +233,10 @@ def test_not_a_gguf_is_one_clear_error(tmp_path):
         load_gguf_arrays(bad)
     with pytest.raises(ValueError, match="not a GGUF file"):
         read_metadata(bad)
+    # the user's file, not a bug: `coevo` prints it as one line (tests/test_cli.py)
+    with pytest.raises(ValueError) as e:
+        read_metadata(bad)
+    assert user_message(e.value) == str(e.value)
 
 
 def test_missing_and_truncated_gguf(tmp_path):
@@ -241,8 +246,9 @@ def test_missing_and_truncated_gguf(tmp_path):
     write_tiny_gguf(good)
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(good.read_bytes()[:2000])
-    with pytest.raises(ValueError, match=r"cut\.gguf"):
+    with pytest.raises(ValueError, match=r"cut\.gguf") as e:
         load_gguf_arrays(cut)
+    assert user_message(e.value) is not None
 
 
 def test_unsupported_architecture_is_named():

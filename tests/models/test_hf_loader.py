@@ -205,6 +205,30 @@ def test_missing_paths_and_files(tmp_path):
         load(tmp_path / "weights.txt", progress=False)
 
 
+def test_read_config_file_names_the_file_in_every_error(tmp_path):
+    """The server's --random-config and a model directory read config.json one way; each
+    failure is a user error (one line from ``coevo``) naming the file."""
+    from coevo_jax._errors import UserError
+    from coevo_jax.models.config import ModelConfigError
+    from coevo_jax.models.hf_loader import read_config_file
+
+    f = tmp_path / "c.json"
+    with pytest.raises(ModelLoadError, match=r"model config not found: .*c\.json"):
+        read_config_file(f)
+    f.write_text("[1, 2]")
+    with pytest.raises(ModelLoadError, match=r"c\.json: expected a JSON object, got list"):
+        read_config_file(f)
+    f.write_text("{not json")
+    with pytest.raises(ModelLoadError, match=r"c\.json: not valid JSON"):
+        read_config_file(f)
+    f.write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(ModelConfigError, match=r"c\.json: missing field 'hidden_size'") as e:
+        read_config_file(f)
+    assert isinstance(e.value, UserError) and isinstance(e.value, ValueError)
+    f.write_text(json.dumps(HF_LLAMA))
+    assert read_config_file(f) == ModelConfig.from_hf_dict(HF_LLAMA)
+
+
 def test_load_with_mesh_places_each_parameter_with_its_sharding(llama_dir):
     from coevo_jax.parallel import make_mesh
 

@@ -250,6 +250,24 @@ def test_bad_arguments():
     assert generate(params, CFG, []).tokens == []
 
 
+def test_check_sampling_is_the_users_error_and_names_the_flag():
+    """``coevo generate`` checks its flags with the function ``generate`` checks rows with,
+    before it loads a model; a NaN top-p is refused like an out-of-range one."""
+    from coevo_jax._errors import UserError
+    from coevo_jax.models.sampler import SamplingError, check_sampling
+
+    check_sampling([0.0, 0.7], [1.0, 0.5])  # greedy and sampled rows: fine
+    assert issubclass(SamplingError, UserError) and issubclass(SamplingError, ValueError)
+    with pytest.raises(SamplingError, match=r"^--top-p must be in \(0, 1\], got 2\.0$"):
+        check_sampling(0.7, 2.0, names=("--temperature", "--top-p"))
+    with pytest.raises(SamplingError, match=r"^top_p must be in \(0, 1\], got \[nan\]$"):
+        check_sampling([1.0], [float("nan")])
+    with pytest.raises(SamplingError, match=r"^temperature must be finite and >= 0"):
+        check_sampling(float("inf"), 1.0)
+    with pytest.raises(SamplingError, match="top_p"):
+        generate(None, CFG, [[1]], top_p=float("nan"))
+
+
 def test_bucket():
     assert [bucket(n, 64) for n in (1, 3, 8, 33, 64, 65, 130)] == [1, 4, 8, 64, 64, 128, 192]
     assert bucket(3, 64, minimum=8) == 8

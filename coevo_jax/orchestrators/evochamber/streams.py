@@ -173,6 +173,18 @@ def offline_source(name: str) -> list[dict]:
     return [r.to_dict() for r in records]
 
 
+def check_data_dir(data_dir: str | Path | None) -> None:
+    """Raises unless ``data_dir`` is None or an existing directory: a mistyped ``--data``
+    must stop the run, not let every source fall back to the offline builders unnoticed."""
+    if data_dir is None:
+        return
+    path = Path(data_dir)
+    if not path.exists():
+        raise FileNotFoundError(f"data directory not found: {path}")
+    if not path.is_dir():
+        raise NotADirectoryError(f"{path}: not a directory (--data wants a directory of JSONL)")
+
+
 def read_source(data_dir: str | Path | None, name: str) -> list[dict]:
     """``<data_dir>/<name>.jsonl[.gz]`` as dicts; without that file, the offline builder of
     the same name (packages shipped with the project); [] when neither exists. A bad line is
@@ -204,7 +216,14 @@ def shuffle_stream(stream: Sequence[dict], seed: int) -> list[dict]:
 def build_stream(
     name: str, data_dir: str | Path, *, limit: int | None = None, seed: int = 0
 ) -> list[dict]:
-    """One of :data:`STREAMS` from the JSONL sources in ``data_dir``."""
+    """One of :data:`STREAMS` from the JSONL sources in ``data_dir`` (None: the offline
+    builders only).
+
+    Raises:
+      FileNotFoundError, NotADirectoryError: ``data_dir`` is given but is not a directory;
+        without this check every source would silently come from the offline builders.
+    """
+    check_data_dir(data_dir)
     if name == "hard_math":
         stream = hard_math(read_source(data_dir, "math"), read_source(data_dir, "aime"), seed=seed)
     elif name == "hard_code":

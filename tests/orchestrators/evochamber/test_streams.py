@@ -110,7 +110,13 @@ def test_read_and_build_from_a_directory(tmp_path, monkeypatch):
     (tmp_path / "math.jsonl").write_text('{"id": 1}\nnot json\n')
     with pytest.raises(ValueError, match=r"math.jsonl:2"):
         read_source(tmp_path, "math")
+    (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="no source records"):
         build_stream("hard_code", tmp_path / "empty")
+    # a mistyped directory is an error, not a silent fall-back to the offline builders
+    with pytest.raises(FileNotFoundError, match=r"data directory not found: .*nowhere"):
+        build_stream("hard_code", tmp_path / "nowhere")
+    with pytest.raises(NotADirectoryError, match=r"gsm8k\.jsonl: not a directory"):
+        build_stream("aflow", tmp_path / "gsm8k.jsonl")
     with pytest.raises(ValueError, match="unknown stream"):
         build_stream("easy", tmp_path)
