@@ -20,26 +20,18 @@ import numpy as np
 
 def route_all(trainer, records, chunk: int = 32) -> np.ndarray:
     """``[Q, N]`` inference familiarity of ``records`` under ``trainer``'s router."""
-    import jax.numpy as jnp
-
     from coevo_jax.data.templates import render_chat
-    from coevo_jax.router import features, pad_queries, route
+    from coevo_jax.router import route
 
     cfg, bb = trainer.cfg, trainer.router_backbone
     out = []
     for s in range(0, len(records), chunk):
-        ids, mask = pad_queries(
+        h = trainer.query_features(
             [
                 render_chat(r, bb.tokenizer, cfg.data.max_input_tokens)
                 for r in records[s : s + chunk]
-            ],
-            max_len=cfg.router.max_prompt_tokens,
-            pad_id=bb.tokenizer.pad_token_id,
+            ]
         )
-        h = features(
-            bb.params, bb.cfg, jnp.asarray(ids), jnp.asarray(mask),
-            layers=cfg.router.feature_layers, max_len=cfg.router.max_prompt_tokens,
-        )  # fmt: skip
         out.append(np.asarray(route(trainer.router, h, train=False).f))
     return np.concatenate(out)
 

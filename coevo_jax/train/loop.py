@@ -620,23 +620,28 @@ class Trainer:
                 max_new_tokens=cfg.loop.probe_max_new_tokens or cfg.rollout.max_new_tokens,
             )  # fmt: skip
 
+    def query_features(self, prompts: Sequence[Sequence[int]]) -> jax.Array:
+        """``[B, D]`` router features of token-id prompts: the router backbone's partial
+        pass with the run's feature layers and prompt limit. Training routes on these, so
+        the probe (and any tool that routes records like training does) must use them too.
+        """
+        rc, bb = self.cfg.router, self.router_backbone
+        ids, mask = pad_queries(
+            prompts, max_len=rc.max_prompt_tokens, pad_id=bb.tokenizer.pad_token_id
+        )
+        return router_features(
+            bb.params,
+            bb.cfg,
+            jnp.asarray(ids),
+            jnp.asarray(mask),
+            layers=rc.feature_layers,
+            max_len=rc.max_prompt_tokens,
+        )
+
     def _route(self, idx: list[int]) -> tuple[jax.Array, np.ndarray, np.ndarray]:
         """Steps 2-4: ``(h, f, active)``, the router features ``[B, D]``, familiarity
         ``[B, N]`` and the training activation ``[B, N]`` (agents out of budget never serve)."""
-        cfg = self.cfg
-        ids, mask = pad_queries(
-            [self._router_prompt(i) for i in idx],
-            max_len=cfg.router.max_prompt_tokens,
-            pad_id=self.router_backbone.tokenizer.pad_token_id,
-        )
-        h = router_features(
-            self.router_backbone.params,
-            self.router_backbone.cfg,
-            jnp.asarray(ids),
-            jnp.asarray(mask),
-            layers=cfg.router.feature_layers,
-            max_len=cfg.router.max_prompt_tokens,
-        )
+        h = self.query_features([self._router_prompt(i) for i in idx])
         decision = route(self.router, h, train=True)
         active = np.asarray(decision.active)
         f = np.asarray(decision.f)

@@ -208,31 +208,20 @@ class ProbeSet:
 def run_probe(trainer: Any, probe: ProbeSet, *, max_new_tokens: int) -> dict[str, Any]:
     """Routes and answers ``probe`` with ``trainer``'s router and engines (process 0 only).
 
-    Features come from the router backbone, familiarity from ``route(train=False)``,
-    activation from :func:`eval_activation` at ``trainer.cfg.eval_tau``; the top-1 agent
-    writes one greedy completion (``max_new_tokens``) per query, scored by
-    ``trainer.reward_fn``. Nothing in the trainer's state changes.
+    Features come from ``trainer.query_features`` (what training routes on), familiarity
+    from ``route(train=False)``, activation from :func:`eval_activation` at
+    ``trainer.cfg.eval_tau``; the top-1 agent writes one greedy completion
+    (``max_new_tokens``) per query, scored by ``trainer.reward_fn``. Nothing in the
+    trainer's state changes.
     """
-    import jax.numpy as jnp
-
     from coevo_jax.data.templates import render_chat
-    from coevo_jax.router import features, pad_queries, route
+    from coevo_jax.router import route
     from rollout_bridge.engine import GenerationError, GenerationRequest
 
     cfg = trainer.cfg
     tok = trainer.router_backbone.tokenizer
-    ids, mask = pad_queries(
-        [render_chat(r, tok, cfg.data.max_input_tokens) for r in probe.records],
-        max_len=cfg.router.max_prompt_tokens,
-        pad_id=tok.pad_token_id,
-    )
-    h = features(
-        trainer.router_backbone.params,
-        trainer.router_backbone.cfg,
-        jnp.asarray(ids),
-        jnp.asarray(mask),
-        layers=cfg.router.feature_layers,
-        max_len=cfg.router.max_prompt_tokens,
+    h = trainer.query_features(
+        [render_chat(r, tok, cfg.data.max_input_tokens) for r in probe.records]
     )
     f = np.asarray(route(trainer.router, h, train=False).f)
     active = eval_activation(
