@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -97,6 +98,19 @@ def from_dict(cls: type[T], data: dict[str, Any], *, path: str = "") -> T:
         raise
     except (ValueError, TypeError) as e:
         raise ConfigError(f"{path or cls.__name__}: {e}") from e
+
+
+def check_at_least(cfg: Any, minimum: int, names: Iterable[str]) -> None:
+    """Raises ValueError for the first field of ``names`` on ``cfg`` below ``minimum``
+    (``"<name> must be >= <minimum>, got <value>"``).
+
+    The range check config ``__post_init__`` methods share, so every config words it alike;
+    :func:`from_dict` turns the ValueError into a :class:`ConfigError` naming the section.
+    """
+    for name in names:
+        value = getattr(cfg, name)
+        if value < minimum:
+            raise ValueError(f"{name} must be >= {minimum}, got {value}")
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

@@ -19,6 +19,8 @@ import dataclasses
 import math
 from typing import Literal
 
+from coevo_jax._config import check_at_least
+
 HEADS = ("familiarity", "regression", "classification")
 FEATURE_LAYERS = ("mid", "final")
 ROUTINGS = ("threshold", "top_k")
@@ -80,9 +82,7 @@ class RouterConfig:
             )
         if self.routing not in ROUTINGS:
             raise ValueError(f"routing must be one of {ROUTINGS}, got {self.routing!r}")
-        for name in ("max_prompt_tokens", "hidden", "out_dim"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_at_least(self, 1, ("max_prompt_tokens", "hidden", "out_dim"))
         if not 1 <= self.top_k <= self.n_agents:
             raise ValueError(f"top_k must be in [1, n_agents={self.n_agents}], got {self.top_k}")
         if not self.lam > 0:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from coevo_jax._config import ConfigError, load_yaml
+from coevo_jax._config import ConfigError, check_at_least, load_yaml
 from coevo_jax.lora import LoRAConfig
 from coevo_jax.rl import RLConfig
 from coevo_jax.router import RouterConfig
@@ -185,16 +185,18 @@ class LoopSpec:
     probe_max_new_tokens: int | None = None
 
     def __post_init__(self):
-        for name in (
-            "rounds",
-            "queries_per_round",
-            "groups_per_step",
-            "max_policy_steps",
-            "feature_log_size",
-            "probe_size",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_at_least(
+            self,
+            1,
+            (
+                "rounds",
+                "queries_per_round",
+                "groups_per_step",
+                "max_policy_steps",
+                "feature_log_size",
+                "probe_size",
+            ),
+        )
         if self.checkpoint_every < 0 or self.plot_every < 0 or self.keep_checkpoints < 1:
             raise ValueError("checkpoint_every/plot_every must be >= 0 and keep_checkpoints >= 1")
         if self.buffer_capacity is not None and self.buffer_capacity < self.groups_per_step:

@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 
 from coevo_jax._config import ConfigError, from_dict
+from coevo_jax.orchestrators.evochamber.config import EvoChamberConfig
 from coevo_jax.train.config import CONFIG_DIR, TrainConfig, load_config
 
 
@@ -62,3 +63,20 @@ def test_overrides_and_cross_checks():
         from_dict(TrainConfig, {"rollout": {"engine": "http"}})
     with pytest.raises(ConfigError, match="not found"):
         load_config(Path("/nonexistent.yaml"))
+
+
+@pytest.mark.parametrize(
+    ("cls", "data", "message"),
+    [
+        (TrainConfig, {"loop": {"probe_size": 0}}, "loop: probe_size must be >= 1, got 0"),
+        (TrainConfig, {"router": {"hidden": 0}}, "router: hidden must be >= 1, got 0"),
+        (EvoChamberConfig, {"temperature": -0.5}, "must be >= 0, got -0.5"),
+        (EvoChamberConfig, {"fork_window": 0}, "fork_window must be >= 1, got 0"),
+    ],
+)
+def test_range_checks_name_the_field_alike_in_every_config(cls, data, message):
+    """One range check (``_config.check_at_least``) serves the loop, router and EvoChamber
+    configs: the message names the section, the field, the bound and the value."""
+    with pytest.raises(ConfigError) as e:
+        from_dict(cls, data)
+    assert str(e.value).endswith(message), str(e.value)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from coevo_jax._config import check_at_least
+
 STRUCTURES = ("voting", "debate", "generator-critic", "decompose")
 CREDIT_MODES = ("team", "individual")
 TEAM_SELECTORS = ("niche", "random")
@@ -180,31 +182,35 @@ class EvoChamberConfig:
             raise ValueError(
                 f"fallback_structure {self.fallback_structure!r} is not in structures {self.structures}"
             )
-        for name in (
-            "tau",
-            "archive_top_k",
-            "bank_top_k",
-            "decompose_max_parts",
-            "max_tokens",
-            "short_max_tokens",
-            "prune_window",
-            "embed_dim",
-            "fork_window",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("debate_rounds", "genesis_min_tasks", "merge_min_exposure", "merge_min_age"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        for name in (
-            "lambda_q",
-            "lambda_sigma",
-            "lambda_omega",
-            "lambda_u",
-            "lambda_d",
-            "profile_weight",
-        ):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        check_at_least(
+            self,
+            1,
+            (
+                "tau",
+                "archive_top_k",
+                "bank_top_k",
+                "decompose_max_parts",
+                "max_tokens",
+                "short_max_tokens",
+                "prune_window",
+                "embed_dim",
+                "fork_window",
+            ),
+        )
+        check_at_least(
+            self,
+            0,
+            (
+                "debate_rounds",
+                "genesis_min_tasks",
+                "merge_min_exposure",
+                "merge_min_age",
+                "temperature",
+                "lambda_q",
+                "lambda_sigma",
+                "lambda_omega",
+                "lambda_u",
+                "lambda_d",
+                "profile_weight",
+            ),
+        )
