@@ -281,11 +281,7 @@ def main(argv=None) -> dict[str, Any]:
     )
     args = ap.parse_args(argv)
     if args.threads == 1:  # must precede the jax import
-        os.environ["XLA_FLAGS"] = (
-            os.environ.get("XLA_FLAGS", "")
-            + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
-        )
-    from benchmarks import common
+        os.environ["XLA_FLAGS"] = common.single_thread_xla_flags(os.environ.get("XLA_FLAGS"))
     from coevo_jax.models import load
     from coevo_jax.models.default import default_model_path
     from coevo_jax.router import feature_layers

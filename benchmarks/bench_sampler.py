@@ -149,16 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     if args.threads == 1:  # must precede the jax import
-        os.environ["XLA_FLAGS"] = (
-            os.environ.get("XLA_FLAGS", "")
-            + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
-        )
+        os.environ["XLA_FLAGS"] = common.single_thread_xla_flags(os.environ.get("XLA_FLAGS"))
     if args.quick:
         args.repeats, args.new_tokens, args.prompts = 1, 16, 4
 
     import jax
 
-    from benchmarks import common
     from coevo_jax.models.default import default_model_path
     from coevo_jax.models.gguf import load_gguf
 

@@ -42,6 +42,13 @@ TINY_LLAMA = {
 RESULTS = Path(os.environ.get("COEVO_BENCH_RESULTS") or ROOT / "results")
 
 
+def single_thread_xla_flags(flags: str | None) -> str:
+    """The ``XLA_FLAGS`` value ``flags`` plus the flags that keep XLA:CPU on one thread (a
+    benchmark's ``--threads 1``: steady timings on a shared, overloaded machine). XLA reads
+    them once, when jax is first imported, so they must be set before that import."""
+    return (flags or "") + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+
+
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:

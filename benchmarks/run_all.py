@@ -396,10 +396,7 @@ def main(argv: list[str] | None = None) -> int:
             # at import, XLA:CPU these flags
             child_env = dict(env, OMP_NUM_THREADS=str(args.threads))
             if args.threads == 1:
-                child_env["XLA_FLAGS"] = (
-                    env.get("XLA_FLAGS", "")
-                    + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
-                )
+                child_env["XLA_FLAGS"] = common.single_thread_xla_flags(env.get("XLA_FLAGS"))
         argv_ += extra.get(name, [])
         print(f"[{i}/{len(names)}] {' '.join(argv_[1:])}", flush=True)
         log = raw_dir / f"{name}.log"

@@ -303,3 +303,14 @@ def test_quick_suite_writes_valid_json_table_and_plot(tmp_path):
         assert must in names
     assert jsons[0].with_suffix(".md").read_text().count("\n|") >= len(names)
     assert (tmp_path / result["scaling"]["plot"]).stat().st_size > 0
+
+
+def test_single_thread_xla_flags_keep_the_callers_flags():
+    """``--threads 1`` (run_all, bench_router, bench_sampler) appends to XLA_FLAGS: a flag the
+    user set, such as a device count, survives."""
+    from benchmarks.common import single_thread_xla_flags
+
+    one = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+    assert single_thread_xla_flags(None).split() == one.split()
+    got = single_thread_xla_flags("--xla_force_host_platform_device_count=8")
+    assert got.split() == ["--xla_force_host_platform_device_count=8", *one.split()]
