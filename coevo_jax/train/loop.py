@@ -568,7 +568,7 @@ class Trainer:
             )
         return rewards
 
-    def _logprob_gap(self, pairs: list, flat: list) -> dict[str, dict[str, float]]:
+    def _logprob_gap(self, rollouts: _Rollouts) -> dict[str, dict[str, float]]:
         """Per agent that sampled this round: the engine's behaviour log-probs against the
         trainer's recompute of the same tokens (``train.gap``), keyed by agent id."""
         cfg = self.cfg
@@ -576,10 +576,9 @@ class Trainer:
         out: dict[str, dict[str, float]] = {}
         for g in self.groups:
             groups = []
-            for k, (q, a) in enumerate(pairs):
+            for q, a, ts, _ in rollouts.groups():
                 if a not in g.agents:
                     continue
-                ts = [t for _, t in flat[k * g_size : (k + 1) * g_size]]
                 groups.append(
                     Group(
                         agent_id=g.local(a),
@@ -729,7 +728,8 @@ class Trainer:
         timings: dict[str, float],
         probe: dict[str, Any] | None,
     ) -> dict[str, Any]:
-        """Step 9: the round's ``metrics.jsonl`` row (docs/design.md §2 names its fields)."""
+        """Step 9: the round's ``metrics.jsonl`` row, which the plots (``train.plots``),
+        TensorBoard and the progress bar read."""
         n_agents = self.cfg.lora.n_agents
         by_class = probe_lib.mean_by_label(f, [str(r.get("class", "")) for r in recs])
         sizes = active.sum(axis=1)
@@ -791,7 +791,7 @@ class Trainer:
         mean_ent = self._record_entropy(rollouts)
         # the engine/trainer log-prob gap, under the adapters that sampled: before step 7
         with _timed(timings, "gap_s"):
-            gap = self._logprob_gap(rollouts.pairs, rollouts.flat) if cfg.rl.measure_gap else None
+            gap = self._logprob_gap(rollouts) if cfg.rl.measure_gap else None
         with _timed(timings, "policy_s"):
             policy = self._policy_steps()
         with _timed(timings, "selfcheck_s"):
