@@ -169,8 +169,7 @@ def start_server(
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise RuntimeError(
-                    f"server exited with code {proc.returncode} before answering: "
-                    + " ".join(argv)
+                    f"server exited with code {proc.returncode} before answering: " + " ".join(argv)
                 )
             try:
                 if httpx.get(url + "/health", timeout=2.0).status_code == 200:

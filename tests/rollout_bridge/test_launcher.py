@@ -20,6 +20,7 @@ def test_vllm_command_has_runtime_lora_flags():
     # seeded requests must never be prefilled in chunks (vLLM's CPU worker dies on it), so
     # a whole prompt of max_model_len tokens fits one step
     assert "--no-enable-chunked-prefill" in argv
+
     def value(flag):
         return int(argv[argv.index(flag) + 1])
 
