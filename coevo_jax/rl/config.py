@@ -6,7 +6,7 @@ import dataclasses
 
 LEVELS = ("sequence", "token")
 LOSS_TYPES = ("grpo", "dapo", "dr_grpo")
-BEHAVIOR_LOGPROBS = ("engine", "recompute")
+BEHAVIOR_LOGPROBS = ("auto", "engine", "recompute")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,8 +51,15 @@ class RLConfig:
         ``matmul_dtype: bfloat16`` is the fast CPU setting: XLA:CPU's bf16 GEMMs run at
         about twice its fp32 ones, while its bf16 elementwise and stacking ops are slower
         than fp32 (figures in ``benchmarks/HISTORY.md``).
-      behavior_logprobs: what GSPO's "old" log-probs are. ``"engine"``: the behaviour
-        log-probs the rollout engine returned. ``"recompute"``: the trainer's own log-probs
+      behavior_logprobs: what GSPO's "old" log-probs are. ``"auto"`` (default): a run
+        (``coevo_jax.train.config.TrainConfig``) resolves it to ``"recompute"`` when its
+        rollout engine is a server (``http``, ``vllm``) and to ``"engine"`` in process, whose
+        log-probs are the trainer's own to ~1e-7; a policy step given ``"auto"`` directly
+        reads it as ``"engine"``. Why recompute for a server: with one update per batch the
+        two choices give the same gradient until the engine's numerics gap leaves the clip
+        range, where ``"engine"`` silently drops the sequence and ``"recompute"`` keeps it
+        with a weight near 1 (measured on vLLM in ``benchmarks/HISTORY.md``).
+        ``"engine"``: the behaviour log-probs the rollout engine returned. ``"recompute"``: the trainer's own log-probs
         of the same tokens under the adapter it is about to update (each popped batch gets
         exactly one update, so that is the step's own forward pass, stop-gradient, its LoRA
         dropout included: the clipped ratio is 1), with the engine's log-probs entering only as a
@@ -89,7 +96,7 @@ class RLConfig:
     remat: bool = True
     compute_dtype: str = "bfloat16"
     matmul_dtype: str | None = None
-    behavior_logprobs: str = "engine"
+    behavior_logprobs: str = "auto"
     is_cap: float = 2.0
     measure_gap: bool = True
 

@@ -281,6 +281,10 @@ class TrainConfig:
                 )
         elif self.agent_models:
             raise ValueError("agent_models is only for setting: heterogeneous")
+        if self.rl.behavior_logprobs == "auto":
+            # A server's bf16 kernels differ from the trainer's: see RLConfig.behavior_logprobs.
+            choice = "engine" if self.rollout.engine == "inprocess" else "recompute"
+            object.__setattr__(self, "rl", dataclasses.replace(self.rl, behavior_logprobs=choice))
         if self.data.max_input_tokens > self.router.max_prompt_tokens:
             raise ValueError(
                 f"data.max_input_tokens ({self.data.max_input_tokens}) exceeds "

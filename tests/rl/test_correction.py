@@ -78,7 +78,7 @@ def test_is_weights_validate():
 
 
 def test_config_validates_the_correction_keys():
-    assert RLConfig().behavior_logprobs == "engine"
+    assert RLConfig().behavior_logprobs == "auto"
     RLConfig(behavior_logprobs="recompute", is_cap=5.0)
     with pytest.raises(ValueError, match="behavior_logprobs"):
         RLConfig(behavior_logprobs="vllm")
@@ -195,3 +195,13 @@ def test_train_step_recompute_mode_equals_weighted_on_policy_loss():
         assert not np.allclose(eng, exp_, rtol=1e-2, atol=1e-5)
     np.testing.assert_allclose(m_rec["ratio"], 1.0, rtol=1e-5)
     assert np.all(m_rec["is_weight"] <= 1.05 + 1e-6)
+    # a step given "auto" directly (no engine to resolve it against) is the engine choice
+    g_auto, _ = policy_gradients(
+        state.lora, params, batch, jax.random.key(1), model_cfg=CFG, rl_cfg=rl
+    )
+    eng = dataclasses.replace(rl, behavior_logprobs="engine")
+    g_eng2, _ = policy_gradients(
+        state.lora, params, batch, jax.random.key(1), model_cfg=CFG, rl_cfg=eng
+    )
+    for a_, e_ in zip(jax.tree.leaves(g_auto), jax.tree.leaves(g_eng2), strict=True):
+        np.testing.assert_array_equal(a_, e_)

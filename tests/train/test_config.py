@@ -66,6 +66,23 @@ def test_overrides_and_cross_checks():
 
 
 @pytest.mark.parametrize(
+    ("rollout", "rl", "want"),
+    [
+        ({}, {}, "engine"),
+        ({"engine": "http", "urls": ["http://h:1"]}, {}, "recompute"),
+        ({"engine": "vllm"}, {}, "recompute"),
+        ({"engine": "vllm"}, {"behavior_logprobs": "engine"}, "engine"),
+        ({}, {"behavior_logprobs": "recompute"}, "recompute"),
+    ],
+)
+def test_behavior_logprobs_auto_follows_the_rollout_engine(rollout, rl, want):
+    """``rl.behavior_logprobs: auto`` (the default) is the trainer's recompute behind a
+    server and the engine's own log-probs in process; an explicit choice is kept."""
+    cfg = from_dict(TrainConfig, {"rollout": rollout, "rl": rl})
+    assert cfg.rl.behavior_logprobs == want
+
+
+@pytest.mark.parametrize(
     ("cls", "data", "message"),
     [
         (TrainConfig, {"loop": {"probe_size": 0}}, "loop: probe_size must be >= 1, got 0"),
