@@ -19,7 +19,16 @@ def _serve(tmp_path):
     argv = [sys.executable, "-m", "coevo_jax.cli", "serve", "--engine", "local",
             "--random-config", str(cfg), "--agents", "2", "--max-lora-rank", "4",
             "--port", str(free_port()), "--timeout", "300"]  # fmt: skip
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Ctrl-C reaches a foreground command whose SIGINT is at its default. A test run started
+    # in the background of a non-interactive shell (nohup ... &) inherits SIGINT ignored, and
+    # Python then never installs its KeyboardInterrupt handler: give the child the default back.
+    return subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
