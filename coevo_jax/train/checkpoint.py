@@ -9,7 +9,9 @@ A checkpoint is a directory ``checkpoints/round_{r:06d}/`` holding
 
 Writes go to a temporary sibling and are published with one ``os.replace`` of the directory,
 then ``LATEST`` is replaced atomically: a kill at any point leaves the previous checkpoint
-intact and findable.
+intact and findable. ``LATEST`` names the newest checkpoint for people and tools; resume
+takes the newest complete directory, which a kill between the two replaces leaves one
+ahead of ``LATEST``.
 """
 
 from __future__ import annotations
@@ -81,14 +83,8 @@ def save_checkpoint(
 
 
 def latest_checkpoint(root: str | os.PathLike) -> Path | None:
-    """The newest complete checkpoint directory, or None."""
-    root = Path(root)
-    pointer = root / LATEST
-    if pointer.is_file():
-        cand = root / pointer.read_text().strip()
-        if (cand / "state.json").is_file():
-            return cand
-    done = sorted(p for p in root.glob("round_*") if (p / "state.json").is_file())
+    """The newest complete checkpoint directory (``round_*`` with its ``state.json``), or None."""
+    done = sorted(p for p in Path(root).glob("round_*") if (p / "state.json").is_file())
     return done[-1] if done else None
 
 

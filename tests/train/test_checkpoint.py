@@ -19,3 +19,18 @@ def test_relative_run_directory_round_trip(tmp_path, monkeypatch):
         "round_000002",
         "round_000003",
     ]
+
+
+def test_a_kill_before_latest_is_updated_resumes_from_the_newer_checkpoint(tmp_path):
+    """The round directory is published before ``LATEST``; a kill between the two leaves
+    ``LATEST`` on the previous round, and resume must still take the newer, complete one
+    (seen in the SIGKILL test: the run resumed at round 1 although round 2 was on disk)."""
+    tree = {"a": jnp.arange(3.0)}
+    for r in (1, 2):
+        save_checkpoint(tmp_path, r, tree, {"round": r})
+    (tmp_path / "LATEST").write_text("round_000001")
+    assert latest_checkpoint(tmp_path).name == "round_000002"
+    # an unfinished temporary directory is never taken
+    (tmp_path / ".tmp_round_x" / "arrays").mkdir(parents=True)
+    (tmp_path / "round_000003").mkdir()
+    assert latest_checkpoint(tmp_path).name == "round_000002"
