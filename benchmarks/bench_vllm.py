@@ -8,9 +8,10 @@ Four measurements, one run, one machine:
 1. **Rollout tokens/s, same request set**: 8 prompts x 2 agents (rank 16, small random B),
    n = 4 samples, 64 new tokens, temperature 1, fixed seeds. Contenders, timed interleaved:
    ``in_process`` (``InProcessEngine``: one jitted sampler call for all rows), ``vllm``
-   (``HTTPEngine``, one prompt per call, 8 calls in flight: vLLM's scheduler batches them
-   continuously) and ``vllm_serial`` (the same calls one at a time: what continuous batching
-   buys is ``vllm / vllm_serial``).
+   (``HTTPEngine`` as a training round sends them: each agent's prompts packed into one call,
+   the calls in flight together, so all 64 rows are in vLLM's batch at once) and
+   ``vllm_serial`` (one prompt per call, one call at a time: 4 rows in the batch; what
+   vLLM's continuous batching buys is ``vllm / vllm_serial``).
 2. **Publish latency into vLLM**: ``HTTPEngine.publish`` (PEFT export, load, unload of the
    previous version), a new version each time.
 3. **Rollout correction on vLLM's own samples**: the tokens/s set's vLLM trajectories, with a
@@ -126,11 +127,12 @@ def _rollout(args, bb, lora, python: str, work: Path) -> tuple[dict, Any, list]:
         timeout=900,
     )
     start_s = time.perf_counter() - t0
-    kw = dict(
-        base_model="base", eos_ids=tok.eos_token_ids, family=bb.cfg.family, max_prompts_per_call=1
+    kw = dict(base_model="base", eos_ids=tok.eos_token_ids, family=bb.cfg.family)
+    # the loop's own settings (coevo_jax.train.setup builds the engine with the defaults)
+    vllm = HTTPEngine(server.url, adapter_dir=work / "a", **kw)
+    serial = HTTPEngine(
+        server.url, adapter_dir=work / "b", max_concurrency=1, max_prompts_per_call=1, **kw
     )
-    vllm = HTTPEngine(server.url, adapter_dir=work / "a", max_concurrency=8, **kw)
-    serial = HTTPEngine(server.url, adapter_dir=work / "b", max_concurrency=1, **kw)
     publish_s = []
     for v in range(1, args.publishes + 2):
         t = time.perf_counter()
@@ -325,6 +327,8 @@ def main(argv: list[str] | None = None) -> dict:
     config = {
         "model": "SmolLM2-135M-Instruct (vLLM: HF export, bf16; in-process: fp32)",
         "requests": len(QUESTIONS) * 2,
+        "vllm_calls": "HTTPEngine defaults (a training round's): up to 32 prompts a call, "
+        "8 calls in flight; vllm_serial: 1 prompt a call, 1 call at a time",
         "n": args.n,
         "max_tokens": args.max_tokens,
         "rank": args.rank,
