@@ -195,13 +195,12 @@ def test_train_step_recompute_mode_equals_weighted_on_policy_loss():
         assert not np.allclose(eng, exp_, rtol=1e-2, atol=1e-5)
     np.testing.assert_allclose(m_rec["ratio"], 1.0, rtol=1e-5)
     assert np.all(m_rec["is_weight"] <= 1.05 + 1e-6)
-    # a step given "auto" directly (no engine to resolve it against) is the engine choice
-    g_auto, _ = policy_gradients(
-        state.lora, params, batch, jax.random.key(1), model_cfg=CFG, rl_cfg=rl
-    )
+    # g_eng came from the default, "auto": a step given it directly (no engine to resolve it
+    # against) is the engine choice
+    assert rl.behavior_logprobs == "auto"
     eng = dataclasses.replace(rl, behavior_logprobs="engine")
     g_eng2, _ = policy_gradients(
         state.lora, params, batch, jax.random.key(1), model_cfg=CFG, rl_cfg=eng
     )
-    for a_, e_ in zip(jax.tree.leaves(g_auto), jax.tree.leaves(g_eng2), strict=True):
+    for a_, e_ in zip(jax.tree.leaves(g_eng), jax.tree.leaves(g_eng2), strict=True):
         np.testing.assert_array_equal(a_, e_)
