@@ -1,5 +1,6 @@
 """``coevo serve`` stops every server it started on Ctrl-C, SIGTERM and SIGHUP."""
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -11,6 +12,22 @@ import pytest
 
 from rollout_bridge.launcher import free_port
 from tests.rollout_bridge.test_http_bridge import HF_CONFIG
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers(tmp_path):
+    """A failing case must not leave ``coevo serve`` or its server behind: the server runs in
+    its own session, so nothing else reaches it. Every process started here names this
+    test's ``tmp_path`` (its ``--random-config``) on its command line."""
+    yield
+    mine = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if str(tmp_path) in " ".join(proc.info["cmdline"] or ()):
+            mine.append(proc)
+    for proc in mine:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    psutil.wait_procs(mine, timeout=10)
 
 
 def _serve(tmp_path):
