@@ -48,16 +48,12 @@ from typing import Any
 
 from benchmarks import common
 
-QUESTIONS = tuple(
-    f"What is {a} + {b}? Answer with the number."
-    for a, b in [(3, 4), (12, 9), (25, 17), (8, 8), (40, 2), (7, 15), (31, 30), (6, 19)]
-)
+PAIRS = ((3, 4), (12, 9), (25, 17), (8, 8), (40, 2), (7, 15), (31, 30), (6, 19))
+QUESTIONS = tuple(f"What is {a} + {b}? Answer with the number." for a, b in PAIRS)
+ANSWERS = tuple(str(a + b) for a, b in PAIRS)
 # The project's clip range (docs/design.md §4) and the one the GSPO paper trains with
 # (Zheng et al. 2025, "Group Sequence Policy Optimization", §5.1: 3e-4 left, 4e-4 right).
 CLIP_RANGES = {"eps_0.2": (0.2, 0.2), "gspo_paper": (3e-4, 4e-4)}
-ANSWERS = tuple(
-    str(a + b) for a, b in [(3, 4), (12, 9), (25, 17), (8, 8), (40, 2), (7, 15), (31, 30), (6, 19)]
-)
 
 
 def figures(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -180,7 +176,7 @@ def _rollout(args, bb, lora, python: str, work: Path) -> tuple[dict, Any, list]:
     return out, (server, vllm), trajs["vllm"]
 
 
-def _correction(bb, lora, trajs, rank: int) -> dict:
+def _correction(bb, lora, trajs) -> dict:
     """Measurement 3: one policy gradient per ``behavior_logprobs`` choice on the same
     vLLM trajectories."""
     import jax
@@ -321,7 +317,7 @@ def main(argv: list[str] | None = None) -> dict:
     rollout, (server, engine), trajs = _rollout(args, bb, lora, python, work)
     engine.close()
     server.stop()
-    figures = {"rollout": rollout, "correction": _correction(bb, lora, trajs, args.rank)}
+    figures = {"rollout": rollout, "correction": _correction(bb, lora, trajs)}
     if args.rounds:
         figures["rounds"] = _rounds(args.rounds, python, work)
     config = {

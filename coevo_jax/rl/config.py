@@ -59,11 +59,12 @@ class RLConfig:
         two choices give the same gradient until the engine's numerics gap leaves the clip
         range, where ``"engine"`` silently drops the sequence and ``"recompute"`` keeps it
         with a weight near 1 (measured on vLLM in ``benchmarks/HISTORY.md``).
-        ``"engine"``: the behaviour log-probs the rollout engine returned. ``"recompute"``: the trainer's own log-probs
-        of the same tokens under the adapter it is about to update (each popped batch gets
-        exactly one update, so that is the step's own forward pass, stop-gradient, its LoRA
-        dropout included: the clipped ratio is 1), with the engine's log-probs entering only as a
-        truncated importance weight per sequence, ``min(ratio, is_cap)``
+        ``"engine"``: the behaviour log-probs the rollout engine returned.
+        ``"recompute"``: the trainer's own log-probs of the same tokens under the adapter
+        it is about to update (each popped batch gets exactly one update, so that is the
+        step's own forward pass, stop-gradient, its LoRA dropout included: the clipped ratio
+        is 1), with the engine's log-probs entering only as a truncated importance weight
+        per sequence, ``min(ratio, is_cap)``
         (``coevo_jax.rl.correction.truncated_is_weights``; verl's and TRL's rollout
         correction).
       is_cap: upper truncation of that importance weight (``"recompute"`` only).
