@@ -4,7 +4,10 @@ Opens the run read-only, routes every ``eval_id`` record with the router as init
 (the run's seed: the state before round 1) and as restored from the last checkpoint, at the
 run's evaluation tau with no exploration, and reports for each: mean active agents per
 query, routing NMI between domain and top-1 agent, familiarity and top-1 counts by domain
-(``coevo_jax.train.probe.summarize``). Features only: nothing is generated.
+(``coevo_jax.train.probe.summarize``). Features only: nothing is generated. It also reports
+the features' geometry (``geometry``): how much of their norm is the shared mean, and the
+mean cosine between queries of each pair of domains, raw and whitened, which is what
+``router.feature_norm`` is about.
 
     python -m benchmarks.cpu_reference_routing --run runs/cpu_reference --out routing.json
 """
@@ -15,32 +18,60 @@ import argparse
 import json
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 
 
-def route_all(trainer, records, chunk: int = 32) -> np.ndarray:
-    """``[Q, N]`` inference familiarity of ``records`` under ``trainer``'s router."""
+def features_of(trainer, records, chunk: int = 32) -> np.ndarray:
+    """``[Q, D]`` raw router features of ``records``, as training computes them."""
     from coevo_jax.data.templates import render_chat
-    from coevo_jax.router import route
 
     cfg, bb = trainer.cfg, trainer.router_backbone
-    out = []
-    for s in range(0, len(records), chunk):
-        h = trainer.query_features(
-            [
-                render_chat(r, bb.tokenizer, cfg.data.max_input_tokens)
-                for r in records[s : s + chunk]
-            ]
-        )
-        out.append(np.asarray(route(trainer.router, h, train=False).f))
-    return np.concatenate(out)
+    return np.concatenate(
+        [
+            np.asarray(
+                trainer.query_features(
+                    [
+                        render_chat(r, bb.tokenizer, cfg.data.max_input_tokens)
+                        for r in records[s : s + chunk]
+                    ]
+                )
+            )
+            for s in range(0, len(records), chunk)
+        ]
+    )
 
 
-def stats(trainer, records) -> dict:
+def geometry(h: np.ndarray, domains: list[str]) -> dict:
+    """Shared-mean share of ``h [Q, D]`` and mean cosine between domains, raw and whitened
+    (each dimension to zero mean and unit variance over ``h`` itself)."""
+
+    def cosines(x):
+        u = x / np.linalg.norm(x, axis=1, keepdims=True)
+        c = u @ u.T
+        labels = sorted(set(domains))
+        dom = np.asarray(domains)
+        return {
+            a: {b: round(float(c[np.ix_(dom == a, dom == b)].mean()), 4) for b in labels}
+            for a in labels
+        }
+
+    h = np.asarray(h, np.float64)
+    return {
+        "mean_norm_share": round(
+            float(np.linalg.norm(h.mean(0)) / np.linalg.norm(h, axis=1).mean()), 4
+        ),
+        "cosine_raw": cosines(h),
+        "cosine_whitened": cosines((h - h.mean(0)) / h.std(0)),
+    }
+
+
+def stats(trainer, records, h: np.ndarray) -> dict:
+    from coevo_jax.router import route
     from coevo_jax.train import probe
 
     cfg = trainer.cfg
-    f = route_all(trainer, records)
+    f = np.asarray(route(trainer.router, jnp.asarray(h), train=False).f)
     active = probe.eval_activation(
         f, tau=cfg.eval_tau, routing=cfg.router.routing, top_k=cfg.router.top_k
     )
@@ -69,10 +100,14 @@ def main(argv: list[str] | None = None) -> dict:
     records = data.read_records(run / "data" / f"{a.split}.jsonl")
     tr = Trainer(cfg, run, records=records, progress=False, read_only=True)
     try:
-        result = {"run": str(run), "split": a.split, "start": stats(tr, records)}
+        h = features_of(tr, records)
+        result = {"run": str(run), "split": a.split, "start": stats(tr, records, h)}
         if not tr.restore():
             raise SystemExit(f"{run}: no checkpoint")
-        result["end"] = stats(tr, records)
+        result["end"] = stats(tr, records, h)
+        from coevo_jax.train.probe import domain_of
+
+        result["feature_geometry"] = geometry(h, [domain_of(r) for r in records])
         result["end"]["checkpoint_round"] = tr.round
     finally:
         tr.close()

@@ -23,7 +23,14 @@ from coevo_jax.router.familiarity import (
     familiarity,
     orthogonal_across_agents,
 )
-from coevo_jax.router.features import feature_layers, features, left_truncate, pad_queries
+from coevo_jax.router.features import (
+    feature_layers,
+    features,
+    left_truncate,
+    pad_queries,
+    standardization,
+    standardize,
+)
 from coevo_jax.router.heads import RouterHead, make_head
 from coevo_jax.router.losses import push_pull_loss, router_advantages
 from coevo_jax.router.routing import routing_scores, select_agents, select_top_k
@@ -33,6 +40,7 @@ from coevo_jax.router.state import (
     feature_dim,
     init_router,
     make_optimizer,
+    with_feature_stats,
 )
 from coevo_jax.router.step import (
     RoutingDecision,
@@ -76,5 +84,8 @@ __all__ = [
     "routing_scores",
     "select_agents",
     "select_top_k",
+    "standardization",
+    "standardize",
     "update_counters",
+    "with_feature_stats",
 ]

@@ -11,6 +11,8 @@ ablation the seeds report is a field here, never a code fork:
 - ``routing``: ``"threshold"`` (cumulative familiarity reaches ``tau``) or ``"top_k"``.
 - ``c_ucb = w_ent = 0``: no exploration. ``unbounded_push``: no margin.
 - ``lam``, ``margin``, ``tau``: sensitivity runs (see ``allow_no_fallback``).
+- ``feature_norm``: ``"none"`` (the paper, which names no normalisation) or
+  ``"standardize"`` (per-dimension whitening with statistics frozen at the start of a run).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from coevo_jax._config import check_at_least
 HEADS = ("familiarity", "regression", "classification")
 FEATURE_LAYERS = ("mid", "final")
 ROUTINGS = ("threshold", "top_k")
+FEATURE_NORMS = ("none", "standardize")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +53,15 @@ class RouterConfig:
       top_k: k for ``routing="top_k"``.
       allow_no_fallback: accept configs with ``n_agents * exp(-lam * margin) > tau`` (the
         paper's lambda = 1.0 sensitivity run needs this); otherwise they are refused.
+      feature_norm: ``"standardize"`` feeds every head ``(h - mean) / std``, with the
+        per-dimension mean and standard deviation of ``h`` over ``norm_queries`` training
+        queries taken before the first round and frozen (stored in the router state). Why:
+        the familiarity heads are random-network distillation (a frozen random target, a
+        trained predictor), which whitens its inputs for the same reason; raw mid-layer
+        states of a chat prompt share one large direction (the template's last token), so
+        without whitening a pull towards the target on one domain moves every domain.
+        ``"none"``: raw ``h``, as the paper states it.
+      norm_queries: how many training queries the statistics are taken over.
       seed: PRNG seed for head initialisation.
     """
 
@@ -69,6 +81,8 @@ class RouterConfig:
     routing: Literal["threshold", "top_k"] = "threshold"
     top_k: int = 1
     allow_no_fallback: bool = False
+    feature_norm: Literal["none", "standardize"] = "none"
+    norm_queries: int = 256
     seed: int = 42
 
     def __post_init__(self):
@@ -82,7 +96,12 @@ class RouterConfig:
             )
         if self.routing not in ROUTINGS:
             raise ValueError(f"routing must be one of {ROUTINGS}, got {self.routing!r}")
+        if self.feature_norm not in FEATURE_NORMS:
+            raise ValueError(
+                f"feature_norm must be one of {FEATURE_NORMS}, got {self.feature_norm!r}"
+            )
         check_at_least(self, 1, ("max_prompt_tokens", "hidden", "out_dim"))
+        check_at_least(self, 2, ("norm_queries",))
         if not 1 <= self.top_k <= self.n_agents:
             raise ValueError(f"top_k must be in [1, n_agents={self.n_agents}], got {self.top_k}")
         if not self.lam > 0:

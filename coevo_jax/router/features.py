@@ -139,3 +139,36 @@ def pad_queries(
         ids[i, length - len(t) :] = t
         mask[i, length - len(t) :] = 1
     return ids, mask
+
+
+def standardization(h: jax.Array, *, rel_floor: float = 1e-2) -> tuple[jax.Array, jax.Array]:
+    """Per-dimension whitening statistics of a feature sample (``router.feature_norm``).
+
+    Args:
+      h: ``[Q, D]`` features of ``Q >= 2`` queries.
+      rel_floor: each dimension's standard deviation is floored at ``rel_floor`` times the
+        median one (and at 1e-6), so a dimension that barely varies over the sample is not
+        blown up into noise of unit scale (a constant one maps to 0).
+
+    Returns:
+      ``(shift, scale)``, each ``[D]`` float32: the mean and ``1 / floored std``, so that
+      :func:`standardize` gives the sample zero mean and unit variance in every dimension
+      above the floor.
+    """
+    chex.assert_rank(h, 2)
+    if h.shape[0] < 2:
+        raise ValueError(f"need features of >= 2 queries for their spread, got {h.shape[0]}")
+    h = jnp.asarray(h, jnp.float32)
+    std = h.std(axis=0)
+    floor = jnp.maximum(rel_floor * jnp.median(std), 1e-6)
+    return h.mean(axis=0), 1.0 / jnp.maximum(std, floor)
+
+
+def standardize(h: jax.Array, shift: jax.Array, scale: jax.Array) -> jax.Array:
+    """``(h - shift) * scale``: ``h [B, D]``, ``shift`` and ``scale`` ``[D]``; float32 out.
+
+    With ``shift = 0`` and ``scale = 1`` (a fresh router state) it returns ``h`` unchanged.
+    """
+    chex.assert_rank(h, 2)
+    chex.assert_shape([shift, scale], (h.shape[1],))
+    return (h.astype(jnp.float32) - shift) * scale

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import chex
 import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx, struct
 
 from coevo_jax.router.config import RouterConfig
+from coevo_jax.router.features import standardization, standardize
 from coevo_jax.router.heads import make_head
 
 
@@ -61,6 +63,9 @@ class RouterState:
       opt_state: Adam state over ``params`` only.
       counters: :class:`RouterCounters`.
       step: int32, router updates taken.
+      feature_shift, feature_scale: ``[in]`` float32, the frozen whitening every head input
+        goes through (:meth:`head_input`); 0 and 1 (no change) until
+        :func:`with_feature_stats` sets them (``cfg.feature_norm = "standardize"``).
     """
 
     cfg: RouterConfig = struct.field(pytree_node=False)
@@ -70,6 +75,12 @@ class RouterState:
     opt_state: Any
     counters: RouterCounters
     step: jax.Array
+    feature_shift: jax.Array
+    feature_scale: jax.Array
+
+    def head_input(self, h: jax.Array) -> jax.Array:
+        """``h [B, in]`` as the heads see it: ``(h - feature_shift) * feature_scale``."""
+        return standardize(h, self.feature_shift, self.feature_scale)
 
     @property
     def head(self):
@@ -98,7 +109,23 @@ def init_router(cfg: RouterConfig, in_dim: int, *, seed: int | None = None) -> R
         opt_state=make_optimizer(cfg).init(params),
         counters=RouterCounters.zeros(cfg.n_agents),
         step=jnp.zeros((), jnp.int32),
+        feature_shift=jnp.zeros((in_dim,), jnp.float32),
+        feature_scale=jnp.ones((in_dim,), jnp.float32),
     )
+
+
+def with_feature_stats(state: RouterState, h: jax.Array) -> RouterState:
+    """Freezes the whitening statistics of the sample ``h [Q, in]`` into ``state``.
+
+    A no-op (``state`` returned unchanged) unless ``state.cfg.feature_norm`` is
+    ``"standardize"``. Call it once, before the first routing decision: the heads are trained
+    on whitened inputs, so changing the statistics later moves every familiarity.
+    """
+    if state.cfg.feature_norm != "standardize":
+        return state
+    chex.assert_shape(h, (None, state.feature_shift.shape[0]))
+    shift, scale = standardization(h)
+    return state.replace(feature_shift=shift, feature_scale=scale)
 
 
 def feature_dim(hidden_size: int, layers: str) -> int:

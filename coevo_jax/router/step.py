@@ -47,13 +47,13 @@ def route(state: RouterState, h: jax.Array, *, train: bool = True) -> RoutingDec
 
     Args:
       state: router state.
-      h: ``[B, in]`` features.
+      h: ``[B, in]`` raw features (the state's frozen whitening is applied here).
 
     Returns:
       :class:`RoutingDecision`.
     """
     cfg = state.cfg
-    f, _ = state.head.scores(h, cfg)
+    f, _ = state.head.scores(state.head_input(h), cfg)
     c = state.counters
     s = routing_scores(
         f,
@@ -116,7 +116,7 @@ def record_entropy(state: RouterState, mean_entropy: jax.Array, tokens: jax.Arra
 def router_loss(params, state: RouterState, h, rbar, active):
     """The head's loss as a function of its trainable ``params`` only."""
     head = nnx.merge(state.graphdef, params, state.frozen)
-    return head.loss(h, rbar, active, state.cfg)
+    return head.loss(state.head_input(h), rbar, active, state.cfg)
 
 
 @jax.jit

@@ -63,6 +63,7 @@ from coevo_jax.router import (
     select_agents,
     select_top_k,
     update_counters,
+    with_feature_stats,
 )
 from coevo_jax.router import features as router_features
 from coevo_jax.train import probe as probe_lib
@@ -261,6 +262,8 @@ class Trainer:
         self.round = 0
         self._router_prompts: dict[int, list[int]] = {}
         self._features_log = FeatureReservoir(cfg.loop.feature_log_size, in_dim, seed=cfg.loop.seed)
+        if cfg.router.feature_norm != "none":
+            self.router = with_feature_stats(self.router, self._feature_sample())
         self.probe: probe_lib.ProbeSet | None = None
         if cfg.loop.probe_every and self.driver and not read_only:
             self.probe = probe_lib.ProbeSet.sample(
@@ -286,6 +289,20 @@ class Trainer:
                 self.records[idx], self.router_backbone.tokenizer, self.cfg.data.max_input_tokens
             )
         return self._router_prompts[idx]
+
+    def _feature_sample(self, chunk: int = 32) -> jax.Array:
+        """``[Q, D]`` router features of ``router.norm_queries`` training queries (a sample
+        drawn with the run's seed, all of them when there are fewer): what the router's
+        whitening statistics are taken over, before the first round."""
+        n = min(self.cfg.router.norm_queries, len(self.records))
+        rng = np.random.default_rng(self.cfg.loop.seed)
+        idx = sorted(rng.choice(len(self.records), size=n, replace=False).tolist())
+        return jnp.concatenate(
+            [
+                self.query_features([self._router_prompt(i) for i in idx[s : s + chunk]])
+                for s in range(0, n, chunk)
+            ]
+        )
 
     def _probe_records(self) -> list[Any]:
         from coevo_jax import data
@@ -378,8 +395,9 @@ class Trainer:
         return out
 
     # ---------------------------------------------------------------- checkpointing
-    def _arrays(self) -> dict[str, Any]:
+    def _arrays(self, feature_stats: bool = True) -> dict[str, Any]:
         r = self.router
+        feature_stats = feature_stats and self.cfg.router.feature_norm != "none"
         return {
             "policies": [g.policy for g in self.groups],
             "router": {
@@ -387,6 +405,12 @@ class Trainer:
                 "opt_state": r.opt_state,
                 "counters": r.counters,
                 "step": r.step,
+                # only where used, so checkpoints of runs without whitening keep their layout
+                **(
+                    {"feature_shift": r.feature_shift, "feature_scale": r.feature_scale}
+                    if feature_stats
+                    else {}
+                ),
             },
         }
 
@@ -423,13 +447,17 @@ class Trainer:
         path = path or latest_checkpoint(self.run_dir / "checkpoints")
         if path is None:
             return False
-        arrays, host = load_checkpoint(path, self._arrays())
+        try:
+            arrays, host = load_checkpoint(path, self._arrays())
+        except ValueError:
+            if self.cfg.router.feature_norm == "none":
+                raise
+            # written before checkpoints held the whitening statistics: keep the ones this
+            # trainer took at start, from the same seeded sample of the same training queries
+            arrays, host = load_checkpoint(path, self._arrays(feature_stats=False))
         for g, p in zip(self.groups, arrays["policies"], strict=True):
             g.policy = p if g.mesh is None else replicate(p, g.mesh)
-        r = arrays["router"]
-        self.router = self.router.replace(
-            params=r["params"], opt_state=r["opt_state"], counters=r["counters"], step=r["step"]
-        )
+        self.router = self.router.replace(**arrays["router"])
         self.round = int(host["round"])
         self.versions = [int(v) for v in host["versions"]]
         self.stream.epoch, self.stream.position = (

@@ -57,3 +57,11 @@ def test_from_dict_names_unknown_key_and_inference_switch():
     assert cfg.lr == 1e-4 and cfg.explores
     inf = cfg.inference()
     assert (inf.c_ucb, inf.w_ent) == (0.0, 0.0) and not inf.explores
+
+
+def test_feature_norm_is_checked():
+    assert RouterConfig(feature_norm="standardize").feature_norm == "standardize"
+    with pytest.raises(ValueError, match="feature_norm must be one of"):
+        RouterConfig(feature_norm="zscore")
+    with pytest.raises(ValueError, match="norm_queries must be >= 2"):
+        RouterConfig(norm_queries=1)

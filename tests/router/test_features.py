@@ -4,7 +4,14 @@ import numpy as np
 import pytest
 
 from coevo_jax.models import init_params
-from coevo_jax.router.features import feature_layers, features, left_truncate, pad_queries
+from coevo_jax.router.features import (
+    feature_layers,
+    features,
+    left_truncate,
+    pad_queries,
+    standardization,
+    standardize,
+)
 from tests.helpers import tiny_model_config
 
 TINY = tiny_model_config("llama", vocab_size=61, intermediate_size=48, num_layers=6)
@@ -131,3 +138,17 @@ def test_backbone_receives_no_gradient_through_features():
     grads = jax.grad(lambda p: features(p, TINY, ids).sum())(params)
     for leaf in jax.tree.leaves(grads):
         np.testing.assert_array_equal(np.asarray(leaf), 0.0)
+
+
+def test_standardization_whitens_each_dimension_and_survives_constant_ones():
+    h = np.random.default_rng(0).normal(size=(64, 6)).astype(np.float32) * 5 + 300
+    h[:, 2] = 7.0  # a dimension with no spread maps to 0, not NaN
+    shift, scale = standardization(jnp.asarray(h))
+    z = np.asarray(standardize(jnp.asarray(h), shift, scale))
+    np.testing.assert_allclose(shift, h.mean(0), rtol=1e-6)
+    keep = [0, 1, 3, 4, 5]
+    np.testing.assert_allclose(np.asarray(scale)[keep], 1 / h.std(0)[keep], rtol=1e-4)
+    np.testing.assert_allclose(z[:, keep].std(0), 1.0, rtol=1e-4)
+    assert np.all(z[:, 2] == 0.0)
+    with pytest.raises(ValueError, match=">= 2 queries"):
+        standardization(jnp.asarray(h[:1]))

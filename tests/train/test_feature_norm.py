@@ -1,0 +1,52 @@
+"""The router's frozen feature whitening (``router.feature_norm``) inside the trainer."""
+
+import dataclasses
+
+import numpy as np
+
+from coevo_jax.router import standardization
+from tests.train._tiny import tiny_config, tiny_records, tiny_trainer
+
+
+def _config(norm: str):
+    cfg = tiny_config()
+    # 128 tokens: the tiny prompts' own words fall inside the window the router reads
+    return dataclasses.replace(
+        cfg,
+        router=dataclasses.replace(cfg.router, feature_norm=norm, max_prompt_tokens=128),
+        data=dataclasses.replace(cfg.data, max_input_tokens=128),
+    )
+
+
+def test_statistics_come_from_the_training_queries_and_resume_with_the_run(tmp_path):
+    tr = tiny_trainer(_config("standardize"), tmp_path / "a")
+    h = tr._feature_sample()
+    assert h.shape[0] == len(tiny_records())  # fewer records than norm_queries: all of them
+    shift, scale = standardization(h)
+    np.testing.assert_array_equal(np.asarray(tr.router.feature_shift), np.asarray(shift))
+    np.testing.assert_array_equal(np.asarray(tr.router.feature_scale), np.asarray(scale))
+    assert float(np.abs(np.asarray(shift)).max()) > 0  # not the identity left in place
+    z = np.asarray(tr.router.head_input(h))
+    np.testing.assert_allclose(z.mean(0), 0.0, atol=1e-3)
+    tr.save()
+    # a trainer over other queries takes other statistics, until it restores the run's own
+    other = tiny_trainer(_config("standardize"), tmp_path / "a", records=tiny_records(20)[8:])
+    assert not np.array_equal(np.asarray(other.router.feature_shift), np.asarray(shift))
+    assert other.restore()
+    np.testing.assert_array_equal(np.asarray(other.router.feature_shift), np.asarray(shift))
+    np.testing.assert_array_equal(np.asarray(other.router.feature_scale), np.asarray(scale))
+
+
+def test_no_whitening_by_default(tmp_path):
+    tr = tiny_trainer(_config("none"), tmp_path)
+    assert np.all(np.asarray(tr.router.feature_shift) == 0)
+    assert np.all(np.asarray(tr.router.feature_scale) == 1)
+
+
+def test_a_checkpoint_without_statistics_keeps_the_ones_taken_at_start(tmp_path):
+    # the layout of a run written before checkpoints held the statistics
+    tiny_trainer(_config("none"), tmp_path).save()
+    tr = tiny_trainer(_config("standardize"), tmp_path)
+    taken = np.asarray(tr.router.feature_shift)
+    assert tr.restore()
+    np.testing.assert_array_equal(np.asarray(tr.router.feature_shift), taken)
