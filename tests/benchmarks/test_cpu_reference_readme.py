@@ -33,3 +33,17 @@ def test_routing_and_probe_numbers_match_the_committed_files():
     assert f"{probes[-1]['macro_reward']:.2f}" in section
     for png in ("probe_curves.png",):
         assert (RESULTS / png).is_file() and f"cpu_reference/{png}" in section
+
+
+def test_whitened_run_numbers_match_its_committed_files():
+    section = _section()
+    whitened = ROOT / "benchmarks" / "results" / "cpu_reference_whitened"
+    routing = json.loads((whitened / "routing.json").read_text())
+    for when in ("start", "end"):
+        assert f"{routing[when]['mean_active']:.2f}" in section, when
+        assert f"{routing[when]['nmi']:.2f}" in section, when
+    report = json.loads((whitened / "report.json").read_text())
+    cera = report["results"]["cera"]
+    assert f"{100 * cera['macro']:.1f}" in section
+    assert f"{cera['agents_per_query']:.2f}" in section
+    assert "cpu_reference_whitened/probe_curves.png" in section
