@@ -159,7 +159,7 @@ def _familiarity_fn(trainer: Trainer) -> Callable[[jax.Array, jax.Array], jax.Ar
             max_len=cfg.router.max_prompt_tokens,
         )
         head = router_state.head
-        f, _ = head.scores(h, router_state.cfg)
+        f, _ = head.scores(router_state.head_input(h), router_state.cfg)
         return f
 
     return route_f

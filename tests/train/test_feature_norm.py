@@ -50,3 +50,18 @@ def test_a_checkpoint_without_statistics_keeps_the_ones_taken_at_start(tmp_path)
     taken = np.asarray(tr.router.feature_shift)
     assert tr.restore()
     np.testing.assert_array_equal(np.asarray(tr.router.feature_shift), taken)
+
+
+def test_evaluation_scores_queries_as_training_routes_them(tmp_path):
+    # the evaluation's own feature pass must go through the same whitening as training
+    import jax.numpy as jnp
+
+    from coevo_jax.eval.collect import _familiarity_fn
+    from coevo_jax.router import pad_queries, route
+
+    tr = tiny_trainer(_config("standardize"), tmp_path)
+    prompts = [tr._router_prompt(i) for i in range(6)]
+    want = route(tr.router, tr.query_features(prompts), train=False).f
+    ids, mask = pad_queries(prompts, max_len=128, pad_id=0)
+    got = _familiarity_fn(tr)(jnp.asarray(ids), jnp.asarray(mask))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
