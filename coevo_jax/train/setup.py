@@ -9,6 +9,7 @@ with its own base model, tokenizer, adapter and rollout engine.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from coevo_jax import data, models
 from coevo_jax.data.templates import render_chat
 from coevo_jax.lora import init_lora, unstack
 from coevo_jax.lora.peft_io import served_rank
+from coevo_jax.models.hardware import matmul_dtype_warning
 from coevo_jax.rl.train_step import PolicyState, init_policy_state, make_policy_step
 from coevo_jax.train.config import ModelSpec, TrainConfig
 from rollout_bridge.http_engine import HTTPEngine
@@ -144,9 +146,14 @@ class AgentGroup:
 def make_groups(cfg: TrainConfig, backbones: Sequence[Backbone]) -> list[AgentGroup]:
     """One group over every agent (homogeneous) or one group per agent (heterogeneous).
 
-    ``backbones`` holds one backbone (homogeneous) or one per agent (heterogeneous).
+    ``backbones`` holds one backbone (homogeneous) or one per agent (heterogeneous). Warns
+    (``RuntimeWarning``) when the policy step would multiply in bf16 on a CPU that has no
+    native bf16 dot products (:func:`coevo_jax.models.hardware.matmul_dtype_warning`).
     """
     key = jax.random.PRNGKey(cfg.loop.seed)
+    advice = matmul_dtype_warning(cfg.rl.matmul_dtype or cfg.rl.compute_dtype)
+    if advice:
+        warnings.warn(advice, RuntimeWarning, stacklevel=2)
     if cfg.setting == "homogeneous":
         layout = [tuple(range(cfg.lora.n_agents))]
     else:
