@@ -8,8 +8,8 @@ as queries, measures per query:
 - the router: ``features`` (partial pass to block ``floor(3L/4)``, last token, two layers)
   plus the familiarity heads and the threshold rule (``route``), at batch 1 and batch 32;
 - a full forward with logits over the same batch (what the partial pass saves);
-- one agent generating 256 tokens for the same query (``coevo_jax.models.sampler.generate``,
-  batch 1, EOS ignored so every run makes 256 tokens);
+- one agent generating 256 tokens (``--gen-tokens``; 64 under ``--quick``) for the same query
+  (``coevo_jax.models.sampler.generate``, batch 1, EOS ignored so every run makes them all);
 
 in JAX and in PyTorch (transformers loading the same GGUF; the partial pass there is the same
 model with its layer list cut at ``floor(3L/4)``) in the same run. Prints a table and writes
@@ -63,7 +63,7 @@ def _queries(tokenizer, n: int) -> list[list[int]]:
 # ----------------------------------------------------------------------------- JAX
 
 
-def bench_jax(model, queries, batches, repeats, gen_repeats):
+def bench_jax(model, queries, batches, repeats, gen_repeats, gen_tokens=GEN_TOKENS):
     import jax
     import jax.numpy as jnp
 
@@ -93,13 +93,13 @@ def bench_jax(model, queries, batches, repeats, gen_repeats):
     q = queries[0]
 
     def gen():
-        res = generate(params, cfg, [q], max_new_tokens=GEN_TOKENS, seeds=[0], ignore_eos=True)
-        assert len(res.tokens[0]) == GEN_TOKENS
+        res = generate(params, cfg, [q], max_new_tokens=gen_tokens, seeds=[0], ignore_eos=True)
+        assert len(res.tokens[0]) == gen_tokens
         return res
 
     out["generate_b1"] = {
         "prompt_len": len(q),
-        **_time(gen, gen_repeats, f"jax generate {GEN_TOKENS} tokens b=1"),
+        **_time(gen, gen_repeats, f"jax generate {gen_tokens} tokens b=1"),
     }
     return out, state
 
@@ -117,7 +117,9 @@ def _torch_model():
     return AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name).eval()
 
 
-def bench_torch(hf, cfg, queries, batches, repeats, gen_repeats, state, jax_model):
+def bench_torch(
+    hf, cfg, queries, batches, repeats, gen_repeats, state, jax_model, gen_tokens=GEN_TOKENS
+):
     import jax.numpy as jnp
     import torch
 
@@ -186,18 +188,18 @@ def bench_torch(hf, cfg, queries, batches, repeats, gen_repeats, state, jax_mode
         def gen():
             res = hf.generate(
                 q,
-                max_new_tokens=GEN_TOKENS,
-                min_new_tokens=GEN_TOKENS,
+                max_new_tokens=gen_tokens,
+                min_new_tokens=gen_tokens,
                 do_sample=True,
                 top_k=0,
                 pad_token_id=0,
             )
-            assert res.shape[1] == q.shape[1] + GEN_TOKENS
+            assert res.shape[1] == q.shape[1] + gen_tokens
             return res
 
         # Eager PyTorch has nothing to compile: no warm-up run for the long generation.
         out["generate_b1"] = _time(
-            gen, gen_repeats, f"torch generate {GEN_TOKENS} tokens b=1", warmup=False
+            gen, gen_repeats, f"torch generate {gen_tokens} tokens b=1", warmup=False
         )
     for h in handles:
         h.remove()
@@ -271,7 +273,12 @@ def main(argv=None) -> dict[str, Any]:
     ap.add_argument("--batches", type=int, nargs="+", help="router batch sizes (default 1 32)")
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch side")
     ap.add_argument("--repeats", type=int, help="timed runs per router/forward figure")
-    ap.add_argument("--gen-repeats", type=int, help="timed 256-token generations")
+    ap.add_argument("--gen-repeats", type=int, help="timed generations")
+    ap.add_argument(
+        "--gen-tokens",
+        type=int,
+        help=f"new tokens per timed generation (default {GEN_TOKENS}; --quick: 64)",
+    )
     ap.add_argument(
         "--threads",
         type=int,
@@ -289,6 +296,7 @@ def main(argv=None) -> dict[str, Any]:
     batches = (1, 8) if args.quick else (1, 32)
     repeats = 2 if args.quick else 3
     gen_repeats = 1 if args.quick else 2
+    gen_tokens = args.gen_tokens or (64 if args.quick else GEN_TOKENS)
     if args.batches:
         batches = tuple(args.batches)
     repeats = args.repeats or repeats
@@ -298,7 +306,7 @@ def main(argv=None) -> dict[str, Any]:
     model, tokenizer = load(default_model_path(), progress=False)
     cfg = model.config
     queries = _queries(tokenizer, max(batches))
-    jax_res, state = bench_jax(model, queries, batches, repeats, gen_repeats)
+    jax_res, state = bench_jax(model, queries, batches, repeats, gen_repeats, gen_tokens)
     partial = common.write_result("router", {"partial": True, "jax": jax_res})
     print(f"(JAX figures saved to {partial})", flush=True)
     torch_res = None
@@ -313,7 +321,9 @@ def main(argv=None) -> dict[str, Any]:
         except ImportError as e:
             print(f"PyTorch side skipped: {e}")
         else:
-            torch_res = bench_torch(hf, cfg, queries, batches, repeats, gen_repeats, state, model)
+            torch_res = bench_torch(
+                hf, cfg, queries, batches, repeats, gen_repeats, state, model, gen_tokens
+            )
 
     gen_s = jax_res["generate_b1"]["median_s"]
     rows = []
@@ -340,7 +350,7 @@ def main(argv=None) -> dict[str, Any]:
         summary["generate_torch_over_jax"] = torch_res["generate_b1"]["median_s"] / gen_s
 
     print(f"\nSmolLM2-135M, {cfg.num_layers} layers, features at {feature_layers(cfg.num_layers)}")
-    print(f"generation: {GEN_TOKENS} tokens, batch 1: JAX {1e3 * gen_s:.0f} ms", end="")
+    print(f"generation: {gen_tokens} tokens, batch 1: JAX {1e3 * gen_s:.0f} ms", end="")
     if torch_res is not None:
         print(
             f", PyTorch {1e3 * torch_res['generate_b1']['median_s']:.0f} ms "
@@ -368,7 +378,7 @@ def main(argv=None) -> dict[str, Any]:
             "batches": list(batches),
             "repeats": repeats,
             "gen_repeats": gen_repeats,
-            "gen_tokens": GEN_TOKENS,
+            "gen_tokens": gen_tokens,
             "prompt_bucket": BUCKET,
             "feature_layers": list(feature_layers(cfg.num_layers)),
             "quick": args.quick,

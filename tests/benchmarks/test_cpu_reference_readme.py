@@ -47,3 +47,14 @@ def test_whitened_run_numbers_match_its_committed_files():
     assert f"{100 * cera['macro']:.1f}" in section
     assert f"{cera['agents_per_query']:.2f}" in section
     assert "cpu_reference_whitened/probe_curves.png" in section
+
+
+def test_routing_headroom_numbers_match_both_reports():
+    """The oracle and best-single macro figures quoted as the router's headroom."""
+    section = _section()
+    for name in ("cpu_reference", "cpu_reference_whitened"):
+        res = json.loads((ROOT / "benchmarks" / "results" / name / "report.json").read_text())
+        results = res["results"]
+        best = max(v["macro"] for k, v in results.items() if k.startswith("single:"))
+        assert f"{100 * results['oracle']['macro']:.1f}" in section, name
+        assert f"{100 * best:.1f}" in section, name
