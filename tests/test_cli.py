@@ -143,7 +143,8 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_user_error_is_one_line_and_exit_2(name, capsys, tmp_path):
+def test_user_error_is_one_line_and_exit_2(name, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # `coevo train` without --out creates runs/<name>-<stamp> here
     argv, prefix, contains = CASES[name]
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     prefix = prefix.replace("{tmp}", str(tmp_path))
@@ -158,6 +159,8 @@ def test_user_error_is_one_line_and_exit_2(name, capsys, tmp_path):
     assert lines[0].startswith(prefix), lines[0]
     if contains:
         assert contains in lines[0], lines[0]
+    runs = tmp_path / "runs"
+    assert not runs.exists() or not list(runs.iterdir()), "a failed start left a run directory"
 
 
 def test_every_subcommand_has_a_case():

@@ -56,7 +56,14 @@ def main(args: argparse.Namespace) -> int:
     from coevo_jax.train.loop import Trainer
 
     print(f"run directory: {run_dir}")
-    trainer = Trainer(cfg, run_dir, progress=not args.no_progress)
+    fresh = not run_dir.exists()
+    try:
+        trainer = Trainer(cfg, run_dir, progress=not args.no_progress)
+    except BaseException:
+        # A run that failed to start (unknown mixture, bad model path) leaves no empty directory.
+        if fresh and run_dir.is_dir() and not any(run_dir.iterdir()):
+            run_dir.rmdir()
+        raise
     try:
         if args.resume:
             if trainer.restore():
