@@ -15,8 +15,9 @@ from pathlib import Path
 
 import jax
 
-#: ``/proc/cpuinfo`` flags of native bf16 dot products on x86.
-BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+#: ``/proc/cpuinfo`` flags of native bf16 dot products: x86 (AVX512-BF16, AMX) and ARM
+#: (``bf16``, the BFMMLA instructions).
+BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 
 
 @functools.lru_cache(maxsize=1)
@@ -39,15 +40,14 @@ def native_bf16_matmul(backend: str | None = None, flags: frozenset[str] | None 
     Args:
       backend: ``jax.default_backend()`` when None; GPUs and TPUs count as native.
       flags: CPU flags; :func:`cpu_flags` when None. Unknown flags (no ``/proc/cpuinfo``)
-        count as native, so the caller stays silent rather than guessing. ARM CPUs report
-        ``bf16`` for their BFMMLA instructions.
+        count as native, so the caller stays silent rather than guessing.
     """
     if (backend or jax.default_backend()) != "cpu":
         return True
     flags = cpu_flags() if flags is None else flags
     if flags is None:
         return True
-    return bool(flags & (BF16_FLAGS | {"bf16"}))
+    return bool(flags & BF16_FLAGS)
 
 
 def matmul_dtype_warning(
