@@ -235,7 +235,7 @@ class Trainer:
         self.records = list(records) if records is not None else load_records(cfg, self.run_dir)
         self.reward_fn = reward_fn or default_reward_fn
         n = cfg.lora.n_agents
-        self.groups: list[AgentGroup] = make_groups(cfg, agent_bbs)
+        self.groups: list[AgentGroup] = make_groups(cfg, agent_bbs, warn_dtype=not read_only)
         self.mesh = build_mesh(cfg.parallel)
         self.driver = is_driver()
         servers: dict = {}  # vllm engine: one started server per base model

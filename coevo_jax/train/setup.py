@@ -143,15 +143,18 @@ class AgentGroup:
         self.engine.publish(self.local(agent), adapter, version)
 
 
-def make_groups(cfg: TrainConfig, backbones: Sequence[Backbone]) -> list[AgentGroup]:
+def make_groups(
+    cfg: TrainConfig, backbones: Sequence[Backbone], *, warn_dtype: bool = True
+) -> list[AgentGroup]:
     """One group over every agent (homogeneous) or one group per agent (heterogeneous).
 
-    ``backbones`` holds one backbone (homogeneous) or one per agent (heterogeneous). Warns
+    ``backbones`` holds one backbone (homogeneous) or one per agent (heterogeneous). With
+    ``warn_dtype`` (a trainer that will step; evaluation passes False), warns
     (``RuntimeWarning``) when the policy step would multiply in bf16 on a CPU that has no
     native bf16 dot products (:func:`coevo_jax.models.hardware.matmul_dtype_warning`).
     """
     key = jax.random.PRNGKey(cfg.loop.seed)
-    advice = matmul_dtype_warning(cfg.rl.matmul_dtype or cfg.rl.compute_dtype)
+    advice = warn_dtype and matmul_dtype_warning(cfg.rl.matmul_dtype or cfg.rl.compute_dtype)
     if advice:
         warnings.warn(advice, RuntimeWarning, stacklevel=2)
     if cfg.setting == "homogeneous":
@@ -236,4 +239,5 @@ def _start_vllm(cfg: TrainConfig, spec: ModelSpec, k: int, run_dir: Path, family
         timeout=ro.server_timeout,
         max_model_len=ro.vllm_max_model_len,
         kv_cache_gb=ro.vllm_kv_cache_gb,
+        dtype=ro.vllm_dtype,
     )

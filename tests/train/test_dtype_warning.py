@@ -1,4 +1,5 @@
-"""make_groups warns when the policy step would multiply in bf16 on a converting CPU."""
+"""make_groups warns when the policy step would multiply in bf16 on a converting CPU (not
+when the trainer only evaluates)."""
 
 import dataclasses
 import warnings
@@ -24,4 +25,5 @@ def test_make_groups_passes_the_effective_matmul_dtype_and_warns(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         setup.make_groups(cfg, [tiny_backbone()])
+        setup.make_groups(bf16, [tiny_backbone()], warn_dtype=False)  # evaluation: no step
     assert seen == ["bfloat16", "float32"]
