@@ -42,6 +42,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "project's venv (python -m rollout_bridge.vllm_env)",
     )
     p.add_argument(
+        "--dtype",
+        choices=("bfloat16", "float16", "float32"),
+        help="vllm engine: the server's dtype (default: bfloat16 where this machine multiplies "
+        "bf16 natively, else float32)",
+    )
+    p.add_argument(
         "--setup", action="store_true", help="vllm engine: create the project's vLLM venv first"
     )
     p.set_defaults(func=main)
@@ -79,6 +85,7 @@ def _start(args: argparse.Namespace, model: str | None, port: int):
             python=args.vllm_python,
             port=port,
             timeout=args.timeout,
+            dtype=args.dtype,
         )
     if model is not None and not Path(model).exists():  # before a server starts
         raise FileNotFoundError(f"model path not found: {model}")

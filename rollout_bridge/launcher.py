@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import httpx
 
+from coevo_jax.models.hardware import native_bf16_matmul
+
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
@@ -28,6 +30,16 @@ def vllm_max_lora_rank(rank: int) -> int:
         if r >= rank:
             return r
     raise ValueError(f"LoRA rank {rank} exceeds vLLM's maximum {VLLM_LORA_RANKS[-1]}")
+
+
+def default_vllm_dtype() -> str:
+    """``bfloat16`` where this machine multiplies bf16 natively, else ``float32``.
+
+    vLLM's CPU build runs bf16 without AVX512-BF16/AMX by converting, which made generation
+    2-3x slower than fp32 on an AVX2-only CPU (benchmarks/HISTORY.md, 2026-12-06). A GPU
+    (JAX's backend here) counts as native.
+    """
+    return "bfloat16" if native_bf16_matmul() else "float32"
 
 
 def vllm_command(
@@ -40,7 +52,7 @@ def vllm_command(
     served_model_name: str | None = None,
     python: str | None = None,
     max_model_len: int = 2048,
-    dtype: str = "bfloat16",
+    dtype: str | None = None,
     kv_cache_gb: float = 2.0,
     extra: Sequence[str] = (),
 ) -> tuple[list[str], dict[str, str]]:
@@ -52,8 +64,10 @@ def vllm_command(
 
     ``--max-loras`` is ``agents + 1``: with every LoRA slot taken by an adapter in the batch,
     vLLM serves base-model rows of the same batch with an adapter, so one slot is always left
-    free (the figures are in benchmarks/HISTORY.md).
+    free (the figures are in benchmarks/HISTORY.md). ``dtype`` None is
+    :func:`default_vllm_dtype`.
     """
+    dtype = dtype or default_vllm_dtype()
     if python:
         argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
     else:
@@ -80,6 +94,13 @@ def vllm_command(
     # the CPU build's KV cache size in GiB (its default takes a large share of RAM); a GPU
     # build ignores it
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{kv_cache_gb:g}")
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if 0 < len(cpus) <= 2:
+        # vLLM's CPU build keeps one core for its scheduler and runs its OpenMP threads on the
+        # rest: on 2 cores, one thread. Both cores made a LoRA prefill ~1.6x faster
+        # (benchmarks/HISTORY.md, 2026-12-07); a GPU build ignores these variables.
+        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, cpus)))
+        env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
     return argv, env
 
 
@@ -257,6 +278,7 @@ def launch_vllm(
     timeout: float = 900.0,
     max_model_len: int = 2048,
     kv_cache_gb: float = 2.0,
+    dtype: str | None = None,
     start: bool = True,
 ) -> ManagedServer:
     """A vLLM server for a project model path, as the loop and ``coevo serve`` run it.
@@ -284,6 +306,7 @@ def launch_vllm(
         python=py,
         max_model_len=max_model_len,
         kv_cache_gb=kv_cache_gb,
+        dtype=dtype,
     )
     server = ManagedServer(
         argv, env, f"http://127.0.0.1:{port}", log_path=log_path, timeout=timeout

@@ -27,6 +27,7 @@ from coevo_jax.rl import RLConfig
 from coevo_jax.router import RouterConfig
 
 ENGINES = ("inprocess", "http", "vllm")
+VLLM_DTYPES = (None, "bfloat16", "float16", "float32")
 SETTINGS = ("homogeneous", "heterogeneous")
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 
@@ -87,6 +88,9 @@ class RolloutSpec:
         venv from ``python -m rollout_bridge.vllm_env``; a GPU build of vLLM goes here).
       vllm_kv_cache_gb: ``vllm`` engine: KV cache of vLLM's CPU build, GiB.
       vllm_max_model_len: ``vllm`` engine: the server's context length.
+      vllm_dtype: ``vllm`` engine: the server's ``--dtype``; None is ``bfloat16`` where the
+        machine multiplies bf16 natively (a GPU, or a CPU with AVX512-BF16/AMX), else
+        ``float32`` (vLLM's CPU build converts bf16 elsewhere and runs 2-3x slower).
       server_timeout: seconds to wait for a started server's ``/health``.
       selfcheck: check an HTTP/vLLM engine's behaviour log-probs against the trainer's
         recompute when the run starts and after every round that publishes
@@ -114,6 +118,7 @@ class RolloutSpec:
     vllm_python: str | None = None
     vllm_kv_cache_gb: float = 2.0
     vllm_max_model_len: int = 2048
+    vllm_dtype: str | None = None
     server_timeout: float = 900.0
     selfcheck: bool = True
     selfcheck_tolerance: float = 0.08
@@ -123,6 +128,8 @@ class RolloutSpec:
             raise ValueError("selfcheck_tolerance and vllm_kv_cache_gb must be > 0")
         if self.engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
+        if self.vllm_dtype not in VLLM_DTYPES:
+            raise ValueError(f"vllm_dtype must be one of {VLLM_DTYPES}, got {self.vllm_dtype!r}")
         if self.engine == "http" and not self.urls:
             raise ValueError("engine http needs rollout.urls")
         if self.group_size < 2:

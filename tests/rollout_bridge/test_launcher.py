@@ -27,6 +27,37 @@ def test_vllm_command_has_runtime_lora_flags():
     assert value("--max-num-batched-tokens") >= value("--max-model-len")
 
 
+@pytest.mark.parametrize(
+    ("flags", "expected"), [({"avx2", "avx512_bf16"}, "bfloat16"), ({"avx2", "fma"}, "float32")]
+)
+def test_vllm_dtype_follows_native_bf16(monkeypatch, flags, expected):
+    """Unset, the server's dtype is bf16 only where the CPU multiplies bf16 natively (vLLM's CPU
+    build converts elsewhere: 2-3x slower than fp32 on an AVX2 box); explicit wins."""
+    from coevo_jax.models import hardware
+
+    monkeypatch.setattr(hardware, "cpu_flags", lambda path="/proc/cpuinfo": frozenset(flags))
+    monkeypatch.setattr(hardware.jax, "default_backend", lambda: "cpu")
+    argv, _ = vllm_command("m", agents=1)
+    assert argv[argv.index("--dtype") + 1] == expected
+    argv, _ = vllm_command("m", agents=1, dtype="float16")
+    assert argv[argv.index("--dtype") + 1] == "float16"
+
+
+@pytest.mark.parametrize(("cpus", "bind"), [({0, 1}, "0,1"), ({3}, "3"), (set(range(8)), None)])
+def test_vllm_cpu_threads_use_every_core_of_a_small_machine(monkeypatch, cpus, bind):
+    """On 1-2 CPUs the OpenMP threads take every core (vLLM's own binding leaves one thread on
+    2 cores); larger machines keep vLLM's binding; the caller's environment wins."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: cpus)
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
+    _, env = vllm_command("m", agents=1)
+    assert env.get("VLLM_CPU_OMP_THREADS_BIND") == bind
+    assert env.get("VLLM_CPU_NUM_OF_RESERVED_CPU") == (None if bind is None else "0")
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    _, env = vllm_command("m", agents=1)
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+
+
 def test_vllm_rank_rounds_up_to_an_accepted_value():
     assert vllm_max_lora_rank(16) == 16
     assert vllm_max_lora_rank(48) == 64  # phi3's fused qkv export at r=16
@@ -52,5 +83,5 @@ def test_vllm_command_with_an_interpreter_runs_the_api_server_module():
         "/m",
     ]
     assert argv[argv.index("--max-loras") + 1] == "3"
-    assert argv[argv.index("--dtype") + 1] == "bfloat16"
+    assert argv[argv.index("--dtype") + 1] in ("bfloat16", "float32")  # by the CPU's bf16
     assert env["VLLM_CPU_KVCACHE_SPACE"] in ("3", os.environ.get("VLLM_CPU_KVCACHE_SPACE"))

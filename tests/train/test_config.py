@@ -61,6 +61,8 @@ def test_overrides_and_cross_checks():
         from_dict(TrainConfig, {"lora": {"n_agents": 3}})
     with pytest.raises(ConfigError, match="urls"):
         from_dict(TrainConfig, {"rollout": {"engine": "http"}})
+    with pytest.raises(ConfigError, match="vllm_dtype"):
+        from_dict(TrainConfig, {"rollout": {"vllm_dtype": "bf16"}})
     with pytest.raises(ConfigError, match="not found"):
         load_config(Path("/nonexistent.yaml"))
 
