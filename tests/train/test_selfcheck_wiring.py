@@ -119,3 +119,17 @@ def test_in_process_and_disabled_runs_skip_the_check(tmp_path):
     assert rows[0]["selfcheck"] is None
     assert all(c != [-1, 0, 1] for c in tr.groups[0].engine.calls)
     tr.close()
+
+
+def test_the_check_takes_the_two_shortest_prompts_of_the_first_16():
+    """A server's LoRA prefill is the check's cost (vLLM-CPU copies each token's adapter
+    weights), so it samples short prompts; the 17th record is outside the pool."""
+    from coevo_jax.train.loop import selfcheck_prompts
+
+    class Group:
+        def prompt(self, records, i, max_input_tokens):
+            return list(range(min(records[i], max_input_tokens)))
+
+    lengths = [5, 3, 9, 2, 7, 4, 6, 8] + [9] * 8 + [1]
+    assert [len(p) for p in selfcheck_prompts(Group(), lengths, 100)] == [2, 3]
+    assert [len(p) for p in selfcheck_prompts(Group(), lengths[:1], 100)] == [5]
