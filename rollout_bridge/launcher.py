@@ -36,7 +36,7 @@ def default_vllm_dtype() -> str:
     """``bfloat16`` where this machine multiplies bf16 natively, else ``float32``.
 
     vLLM's CPU build runs bf16 without AVX512-BF16/AMX by converting, which made generation
-    2-3x slower than fp32 on an AVX2-only CPU (benchmarks/HISTORY.md, 2026-12-06). A GPU
+    2-3x slower than fp32 on an AVX2-only CPU (benchmarks/HISTORY.md, 2026-12-07). A GPU
     (JAX's backend here) counts as native.
     """
     return "bfloat16" if native_bf16_matmul() else "float32"
@@ -97,7 +97,7 @@ def vllm_command(
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     if 0 < len(cpus) <= 2:
         # vLLM's CPU build keeps one core for its scheduler and runs its OpenMP threads on the
-        # rest: on 2 cores, one thread. Both cores made a LoRA prefill ~1.6x faster
+        # rest: on 2 cores, one thread. Both cores made a LoRA prefill ~1.7x faster
         # (benchmarks/HISTORY.md, 2026-12-07); a GPU build ignores these variables.
         env.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, cpus)))
         env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
