@@ -25,10 +25,12 @@ Four measurements, one run, one machine:
    ``configs/cpu_default.yaml`` for that many rounds with ``rollout.engine`` ``inprocess`` and
    ``vllm``; the last round's ``timings`` (generate, reward, policy, self-check).
 
-The two sides seed rows differently and vLLM serves bf16 while the in-process engine uses the
-loop's fp32 backbone, so samples and token counts differ a little; rates are completion tokens
-over wall time. On 2 cores vLLM pins its OpenMP threads to one core and reserves the other,
-and both sides share the machine, so only ratios from one run mean anything. Writes
+The two sides seed rows differently, and vLLM serves bf16 on a CPU with native bf16 (fp32
+elsewhere: ``rollout_bridge.launcher.default_vllm_dtype``) while the in-process engine uses
+the loop's fp32 backbone, so samples and token counts differ a little; rates are completion
+tokens over wall time. On 2 cores the launcher binds vLLM's OpenMP threads to both cores
+(before 2026-12-07 vLLM kept one for its scheduler), and both sides share the machine, so
+only ratios from one run mean anything. Writes
 ``benchmarks/results/vllm-*.json``.
 """
 
@@ -299,6 +301,7 @@ def main(argv: list[str] | None = None) -> dict:
     from coevo_jax.lora import LoRAConfig, init_lora
     from coevo_jax.train.config import ModelSpec
     from coevo_jax.train.setup import load_backbone
+    from rollout_bridge.launcher import default_vllm_dtype
     from rollout_bridge.vllm_env import find_vllm_python
 
     python = find_vllm_python(args.vllm_python)
@@ -321,7 +324,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.rounds:
         figures["rounds"] = _rounds(args.rounds, python, work)
     config = {
-        "model": "SmolLM2-135M-Instruct (vLLM: HF export, bf16; in-process: fp32)",
+        "model": "SmolLM2-135M-Instruct (vLLM: HF export; in-process: fp32)",
+        "vllm_dtype": default_vllm_dtype(),
         "requests": len(QUESTIONS) * 2,
         "vllm_calls": "HTTPEngine defaults (a training round's): up to 32 prompts a call, "
         "8 calls in flight; vllm_serial: 1 prompt a call, 1 call at a time",
