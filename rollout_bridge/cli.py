@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from coevo_jax._errors import UserError
-from rollout_bridge.launcher import launch_vllm, local_command, start_server
+from rollout_bridge.launcher import VLLM_DTYPES, launch_vllm, local_command, start_server
 from rollout_bridge.vllm_env import setup_venv
 
 
@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--dtype",
-        choices=("bfloat16", "float16", "float32"),
+        choices=VLLM_DTYPES,
         help="vllm engine: the server's dtype (default: bfloat16 where this machine multiplies "
         "bf16 natively, else float32)",
     )

@@ -22,6 +22,8 @@ import httpx
 from coevo_jax.models.hardware import native_bf16_matmul
 
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+#: the ``--dtype`` values the launcher passes on (None picks :func:`default_vllm_dtype`)
+VLLM_DTYPES = ("bfloat16", "float16", "float32")
 
 
 def vllm_max_lora_rank(rank: int) -> int:

@@ -25,9 +25,9 @@ from coevo_jax._config import ConfigError, check_at_least, load_yaml
 from coevo_jax.lora import LoRAConfig
 from coevo_jax.rl import RLConfig
 from coevo_jax.router import RouterConfig
+from rollout_bridge.launcher import VLLM_DTYPES
 
 ENGINES = ("inprocess", "http", "vllm")
-VLLM_DTYPES = (None, "bfloat16", "float16", "float32")
 SETTINGS = ("homogeneous", "heterogeneous")
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 
@@ -128,8 +128,10 @@ class RolloutSpec:
             raise ValueError("selfcheck_tolerance and vllm_kv_cache_gb must be > 0")
         if self.engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
-        if self.vllm_dtype not in VLLM_DTYPES:
-            raise ValueError(f"vllm_dtype must be one of {VLLM_DTYPES}, got {self.vllm_dtype!r}")
+        if self.vllm_dtype not in (None, *VLLM_DTYPES):
+            raise ValueError(
+                f"vllm_dtype must be None or one of {VLLM_DTYPES}, got {self.vllm_dtype!r}"
+            )
         if self.engine == "http" and not self.urls:
             raise ValueError("engine http needs rollout.urls")
         if self.group_size < 2:
