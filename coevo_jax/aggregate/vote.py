@@ -5,7 +5,7 @@ extracted final answer and weigh each group by the sum of its members' familiari
 output is the *full trajectory* of the most familiar agent in the heaviest group. Open-ended
 classes (code, instruction following) output the activated agent with the largest ``f``.
 
-Our reading where the seeds are silent:
+Our reading where the papers are silent:
 - ties between groups go to the group holding the single most familiar agent, then to the
   lower agent index, so the result is deterministic;
 - agents with no extractable answer do not vote; when nobody has one, the most familiar

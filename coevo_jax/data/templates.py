@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from coevo_jax.data.record import Record
 
-# Seed 001 describes the format requirement as "Answer: \boxed{XX}"; the line spells that out.
+# The CERA-MoA paper gives the format as "Answer: \boxed{XX}" (docs/design.md §9, Prompts).
 MATH_FORMAT = "Give your final answer in the form: Answer: \\boxed{XX}"
 REASONING_FORMAT = MATH_FORMAT
 CODE_FN_FORMAT = (

@@ -1,4 +1,6 @@
-"""DAPO's soft overlong penalty, our reading of the seed's "linear length penalty".
+"""DAPO's soft overlong penalty, our reading of the CERA-MoA paper's "linear length penalty".
+
+The formula, from the DAPO paper (docs/design.md §5):
 
     penalty(L) = 0                                  if L <= L_max - L_cache
                = ((L_max - L_cache) - L) / L_cache  if L_max - L_cache < L <= L_max

@@ -2,7 +2,7 @@
 
 An agent takes a policy step only when its buffer holds a full micro-batch of query groups,
 and then pops the most recent ones; agents routed more often therefore train more often (our
-reading of the seed's "LIFO sample buffer" plus "micro-batch |Q_i| = 16"). With dynamic
+reading of the CERA-MoA paper's "LIFO sample buffer" plus "micro-batch |Q_i| = 16"). With dynamic
 sampling, groups whose G rewards are all equal are discarded as they are examined and the pop
 reaches further down the stack to refill. Groups older than ``max_staleness`` policy versions
 are dropped and counted. A buffer holds at most ``capacity`` groups: a push past it evicts

@@ -1,4 +1,4 @@
-"""Giving the allocator's free memory back to the OS between rounds (issue 29).
+"""Giving the allocator's free memory back to the OS between rounds, so resident memory stays flat.
 
 A CERA-MoA round on CPU allocates and frees gigabytes through glibc ``malloc``: XLA's
 scratch and result buffers of the sampler, the gap recompute and the policy step, host

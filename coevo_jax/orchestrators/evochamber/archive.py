@@ -5,7 +5,7 @@ the reward, producing a niche lesson (bucketed under the task's niche) and a cro
 meta-insight (one pool). Both are keyed by the task's embedding. At solve time the agent
 retrieves the top-k of its niche bucket and the top-k of its meta pool by cosine similarity of
 those keys to the new task's embedding, and the texts are prepended to its prompts. There is
-no capacity limit (the seed's "grow with the agent's full history").
+no capacity limit (the EvoChamber paper's "grow with the agent's full history").
 
 Parsing (documented fallback, never an error): ``LESSON:`` and ``INSIGHT:`` labels are looked
 for case-insensitively, each running to the next label or the end. Without a ``LESSON:``

@@ -2,8 +2,8 @@
 
 A session fires when the members' mean score is below ``cfg.codream_theta`` or (if enabled)
 when their outcomes disagree (see :func:`should_fire`). A member *succeeded* when its score
-is at least ``cfg.success_threshold``. The seed's Contrast "pairs failing members with
-successful ones", so a session needs a success: when no member succeeded it is skipped
+is at least ``cfg.success_threshold``. The EvoChamber paper's Contrast "pairs failing members
+with successful ones", so a session needs a success: when no member succeeded it is skipped
 before any call (recorded as ``skipped: "no_success"``). Otherwise five phases, each an LLM
 call per participant, batched per phase:
 
@@ -18,14 +18,14 @@ call per participant, batched per phase:
    ``INSIGHT:`` text, ``LEVEL:`` task-local | subdomain | cross-domain, ``NICHE:`` scope
    (a JSON object with keys insight/level/niche is accepted too).
 
-Producers and consumers follow the seed ("strong agents produce knowledge while weak ones
-consume it"): an insight's *giver* is the successful member whose approach it carries (for a
-failing member's delta, the successful member it was contrasted with; for a successful
-member's own proposal, itself), so a failing member never gives. Each insight is written to
-every active agent other than its giver whose competence on the insight's niche is strictly
-below the pool median there (:func:`recipients`), taken after the task's own competence update
-(the seed's order: update, then CoDream); with everyone equal, nobody is below the median and
-nothing is written.
+Producers and consumers follow the EvoChamber paper ("strong agents produce knowledge while
+weak ones consume it"; docs/design.md §7): an insight's *giver* is the successful member whose
+approach it carries (for a failing member's delta, the successful member it was contrasted
+with; for a successful member's own proposal, itself), so a failing member never gives. Each
+insight is written to every active agent other than its giver whose competence on the
+insight's niche is strictly below the pool median there (:func:`recipients`), taken after the
+task's own competence update (the EvoChamber paper's order: update, then CoDream); with
+everyone equal, nobody is below the median and nothing is written.
 
 Fallbacks (never an error; each counted under the name in brackets): an unlabeled
 diagnosis/delta uses the whole reply, clipped; an unlabeled strategy is the reply's first

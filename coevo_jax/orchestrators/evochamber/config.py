@@ -1,8 +1,9 @@
 """EvoChamber's one config dataclass (the EvoChamber paper, docs/design.md §7).
 
-Every threshold the seed describes in words ("dominates", "nearly identical", "lags over a
-sustained window", "no specialist") is an explicit number here; the defaults are our reading
-and are documented field by field. Load from YAML with ``coevo_jax._config.load_yaml``.
+Every threshold the EvoChamber paper describes in words ("dominates", "nearly identical",
+"lags over a sustained window", "no specialist") is an explicit number here; the defaults are
+our reading and are documented field by field. Load from YAML with
+``coevo_jax._config.load_yaml``.
 """
 
 from __future__ import annotations
@@ -21,22 +22,25 @@ class EvoChamberConfig:
     """Hyperparameters of the EvoChamber loop.
 
     Pool and team:
-      pool_size: initial number of identically initialised agents (seed: N = 20).
+      pool_size: initial number of identically initialised agents (the EvoChamber paper: N = 20;
+        docs/design.md §7).
       team_size: fixed at 3 (anchor, complement, scout); kept as a field so errors are clear.
       min_pool / max_pool: the lifecycle never shrinks below / grows above these.
       persona: the initial persona shared by every agent ("identically initialized").
 
     Individual level:
       alpha: EWMA rate of niche competence q_i(z) (eq. 2).
-      q_init: initial competence (seed: 0.5); also sigma's initial value.
-      credit: "team" updates every member's q with the shared team reward r_t (the seed's
-        eq. 2); "individual" uses each member's own attempt's score instead (an ablation).
+      q_init: initial competence (the EvoChamber paper: 0.5); also sigma's initial value.
+      credit: "team" updates every member's q with the shared team reward r_t (the
+        EvoChamber paper's eq. 2); "individual" uses each member's own attempt's score
+        instead (an ablation).
       archive_top_k: lessons and meta-insights each retrieved into a solve prompt.
 
     Team level (eqs. 3-5):
-      team_selector: "niche" is the seed's anchor/complement/scout selector; "random" draws a
-        team of the same size uniformly (seeded per step; its first member leads), the seed's
-        "w/o niche-conditioned selector" ablation.
+      team_selector: "niche" is the EvoChamber paper's anchor/complement/scout selector
+        (docs/design.md §7); "random" draws a team of the same size uniformly (seeded per step;
+        its first member leads), the EvoChamber paper's "w/o niche-conditioned selector"
+        ablation.
       beta: EWMA rate of pair synergy sigma_ij(z) (eq. 6).
       lambda_q / lambda_sigma / lambda_omega: complement weights (eq. 4).
       lambda_u / lambda_d: scout weights (eq. 5).

@@ -54,7 +54,7 @@ REQUIRED_KEYS = ("id", "problem", "niche")
 
 
 def default_reward_fn() -> RewardFn:
-    """:func:`coevo_jax.orchestrators.scoring.task_outcome` (the seed's metrics)."""
+    """:func:`coevo_jax.orchestrators.scoring.task_outcome` (the EvoChamber paper's metrics)."""
     return task_outcome
 
 
@@ -255,8 +255,8 @@ def run_task(
             event["codream"] = {"reason": reason, "skipped": "no_success", "insights": []}
         else:
             bump("codream_sessions")
-            # The median is taken after this task's competence update (seed: (iv) then
-            # CoDream).
+            # The median is taken after this task's competence update (the
+            # EvoChamber paper: (iv) then CoDream).
             after = apply_event(state, event, cfg)
             for ins in insights:
                 ins["recipients"] = codream.recipients(after, ins["niche"], cfg, ins["giver"])

@@ -1,16 +1,18 @@
-"""Run report: the seed's Figure 3 signals, from the event log alone.
+"""Run report: the EvoChamber paper's Figure 3 signals, from the event log alone.
 
-- accuracy per niche under the seed's metric of that niche (exact match for math, pass@1 on
-  all tests for code, token F1 for QA; :mod:`coevo_jax.orchestrators.scoring`): the mean of
-  the team's metric value, which for 0/1 metrics is the solved fraction; the training
-  reward's partial credit is a separate column; baselines beside when given;
+- accuracy per niche (docs/design.md §7) under the EvoChamber paper's metric of that niche
+  (exact match for math, pass@1 on all tests for code, token F1 for QA;
+  :mod:`coevo_jax.orchestrators.scoring`): the mean of the team's metric value, which for 0/1
+  metrics is the solved fraction; the training reward's partial credit is a separate column;
+  baselines beside when given;
 - anchor counts per (agent, niche);
 - the CoDream giver -> recipient matrix (insight writes);
 - lifecycle events over time, with the pool size;
-- specialization index: how concentrated anchor duty is. Our reading of the seed's index is
-  the normalised Herfindahl index of anchor shares, SI = (sum_i p_i^2 - 1/P) / (1 - 1/P), with P
-  the active pool size (0 = every agent anchors equally often, 1 = one agent anchors
-  everything). Reported per niche and over a sliding window of tasks.
+- specialization index: how concentrated anchor duty is. Our reading of the EvoChamber
+  paper's index is the normalised Herfindahl index of anchor shares,
+  SI = (sum_i p_i^2 - 1/P) / (1 - 1/P), with P the active pool size (0 = every agent anchors
+  equally often, 1 = one agent anchors everything). Reported per niche and over a sliding
+  window of tasks.
 
 ``write_report`` writes ``report.json``, ``report.md`` and PNGs (matplotlib, Agg backend).
 """

@@ -1,8 +1,9 @@
 """EvoChamber's evolvable state as plain data, and the pure updates that evolve it.
 
-The state is the seed's theta^MAS (eq. 1) minus the per-task team: each agent's competence
-q_i(z), exposure n_i(z), persona and experience archive; the pair synergy sigma_ij(z); the
-roster; the shared LeadLearn bank. Style overlap omega is derived on demand (``team.py``).
+The state (docs/design.md §7) is the EvoChamber paper's theta^MAS (eq. 1) minus the per-task
+team: each agent's competence q_i(z), exposure n_i(z), persona and experience archive; the pair
+synergy sigma_ij(z); the roster; the shared LeadLearn bank. Style overlap omega is derived on
+demand (``team.py``).
 
 Every change goes through :func:`apply_event`, a pure function of (state, event, config): the
 online loop decides (LLM calls, rewards, lifecycle plans) and records its decisions as a

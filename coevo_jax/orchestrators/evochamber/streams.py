@@ -206,8 +206,8 @@ def read_source(data_dir: str | Path | None, name: str) -> list[dict]:
 
 
 def shuffle_stream(stream: Sequence[dict], seed: int) -> list[dict]:
-    """The stream in a random order (``random.Random(seed)``), the seed's permuted-stream
-    robustness check: the same tasks, no curriculum."""
+    """The stream in a random order (``random.Random(seed)``), the EvoChamber paper's
+    permuted-stream robustness check: the same tasks, no curriculum."""
     out = list(stream)
     random.Random(seed).shuffle(out)
     return out

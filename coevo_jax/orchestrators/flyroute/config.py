@@ -10,8 +10,9 @@ import math
 class FlyRouteConfig:
     """Everything that shapes routing, gating, distillation and exploration.
 
-    Defaults are the seed's (theta, alpha, beta, gamma, n_explore, top-20 retrieved queries
-    truncated to 450 characters) or, where the seed is silent, ours (marked below).
+    Defaults are the FlyRoute paper's (theta, alpha, beta, gamma, n_explore, top-20 retrieved
+    queries truncated to 450 characters; docs/design.md §8) or, where that paper is silent,
+    ours (marked below).
 
     Attributes:
       theta: quality-gate threshold; a response with score ``>= theta`` enters the store.
@@ -20,20 +21,23 @@ class FlyRouteConfig:
       gamma: exploration threshold on ``V+``.
       n_explore: most agents added by exploration per query.
       explore_floor: in the fallback (no agent reaches ``gamma``) only agents with
-        ``V+ > explore_floor`` are taken. Ours: the seed's "top by V+" would otherwise
+        ``V+ > explore_floor`` are taken. Ours: the FlyRoute paper's "top by V+" would otherwise
         dispatch to agents whose relevance is exactly 0, contradicting its own "relevance as
         a gate"; 0.0 keeps every agent with any lexical match.
       max_exploit: most agents the LLM router may pick (ours: 1, the benchmark has one gold
         expert per query and the first pick is the prediction).
-      min_seed_queries: registration needs at least this many seed queries (seed: 5).
-      router_top_k: retrieved success queries per agent in the router prompt (seed: 20).
-      router_truncate_chars: each retrieved query is cut to this many characters (seed: 450).
+      min_seed_queries: registration needs at least this many seed queries (the FlyRoute
+        paper: 5).
+      router_top_k: retrieved success queries per agent in the router prompt (the FlyRoute
+        paper: 20).
+      router_truncate_chars: each retrieved query is cut to this many characters (the FlyRoute
+        paper: 450).
       router_prompt_tokens: a cap on the router prompt's tokens (chat template included)
         below the budget the LLM derives from its context length; None: that budget alone.
         Retrieved queries that do not fit are left out, lowest-ranked first (see
         :func:`.exploit.fit_router_prompt`).
       distill_every: M, distil an agent's description after every M new gated successes
-        (ours: 10; the seed does not give M).
+        (ours: 10; the FlyRoute paper does not give M).
       distill_recent: how many of the most recent successes the distillation prompt shows.
       distill_response_chars: each success's response is cut to this in that prompt.
       description_max_chars: a distilled description is cut to this length.

@@ -1,8 +1,8 @@
 """BM25-gated exploration (the FlyRoute paper's Eqs. 2-5, docs/design.md §8).
 
 - Profile uncertainty ``U(a) = exp(-alpha * |E_a|)`` with ``|E_a|`` the number of
-  quality-gated successes (the seed: "the number of quality-gated successes"); registration
-  seeds do not count. Counting them would start every agent at ``U <= exp(-2.5)``, so
+  quality-gated successes (the FlyRoute paper: "the number of quality-gated successes");
+  registration seeds do not count. Counting them would start every agent at ``U <= exp(-2.5)``, so
   ``V+ <= 0.041 < gamma = 0.06`` and the gamma test could never pass.
 - Relevance ``R(q, a)``: normalised BM25 (see :mod:`.retrieval`).
 - Base value ``V = U * R``; redundancy-aware score ``V+ = V * (1 - beta * R)`` (our reading

@@ -2,14 +2,14 @@
 
 Two gates share one call shape (a batch of :class:`GateItem` in, :class:`GateResult` out):
 
-- :class:`JudgeGate`, the seed's LLM-as-judge: a prompt asking for a score in [0, 1], parsed
-  robustly by :func:`parse_score`. A judgment that yields no score in [0, 1] is counted in
-  ``stats["unparseable"]`` and treated as a failure (score 0, not stored).
+- :class:`JudgeGate`, the FlyRoute paper's LLM-as-judge: a prompt asking for a score in
+  [0, 1], parsed robustly by :func:`parse_score`. A judgment that yields no score in [0, 1] is
+  counted in ``stats["unparseable"]`` and treated as a failure (score 0, not stored).
 - :class:`VerifierGate`: a programmatic checker injected by the caller (e.g. the project's
   reward functions wrapped by :func:`verifier_from_records`), falling back to another gate
   for queries it has no verifier for.
 
-An item passes when ``score >= theta`` (seed: 0.7).
+An item passes when ``score >= theta`` (the FlyRoute paper: 0.7; docs/design.md §8).
 """
 
 from __future__ import annotations

@@ -116,7 +116,8 @@ class ProfileStore:
     """The registered agents' profiles, in registration order.
 
     Args:
-      min_seed_queries: a registration with fewer seed queries is an error (seed: 5).
+      min_seed_queries: a registration with fewer seed queries is an error (the FlyRoute
+        paper: 5).
       journal: optional path of a JSONL event log; every mutation is appended and flushed
         to it. If the file exists it must be a profile log and is replayed first (resume).
     """

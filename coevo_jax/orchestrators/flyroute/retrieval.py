@@ -3,9 +3,10 @@
 One BM25 index covers every agent's stored queries, so document frequencies (IDF) are shared
 and raw scores are comparable across agents. Two things are read off it per query:
 
-- ``R(q, a)``, the normalised relevance used by exploration (our reading; the seed only says
-  "the retriever's normalized relevance score for agent a"): the agent's raw score is the
-  best BM25 score among its stored queries, ``s_a = max_j BM25(q, q_j)``, and
+- ``R(q, a)``, the normalised relevance used by exploration (docs/design.md §8; our reading:
+  the FlyRoute paper only says "the retriever's normalized relevance score for agent a"): the
+  agent's raw score is the best BM25 score among its stored queries,
+  ``s_a = max_j BM25(q, q_j)``, and
   ``R(q, a) = s_a / max_b s_b`` (so the best-matching agent has 1, an agent sharing no term
   with ``q`` has 0; all zeros when nothing matches).
 - the top-k stored queries of each agent for the router's few-shot prompt (ties keep store

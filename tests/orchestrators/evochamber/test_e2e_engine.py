@@ -40,7 +40,7 @@ def test_twenty_tasks_on_smollm2_in_process(tmp_path):
     )
     rt = Runtime(
         make_llm("inprocess", None, None, cfg.seed),
-        default_reward_fn(),  # the seed's metrics: exact match, pass@1 on all tests
+        default_reward_fn(),  # the EvoChamber paper's metrics: exact match, pass@1 on all tests
         make_embedder("auto", cfg.embed_dim),
         cfg,
     )
