@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import httpx
 
 from coevo_jax.models.hardware import native_bf16_matmul
+from rollout_bridge.served_model import served_model_dir
+from rollout_bridge.vllm_env import find_vllm_python
 
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 #: the ``--dtype`` values the launcher passes on (None picks :func:`default_vllm_dtype`)
@@ -293,9 +295,6 @@ def launch_vllm(
       rollout_bridge.vllm_env.VLLMEnvError: no vLLM interpreter.
       RuntimeError: the server exited or was not healthy within ``timeout`` (its log named).
     """
-    from rollout_bridge.served_model import served_model_dir
-    from rollout_bridge.vllm_env import find_vllm_python
-
     py = find_vllm_python(python)
     model_dir = served_model_dir(model_path)
     port = port or free_port()

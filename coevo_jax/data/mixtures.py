@@ -46,7 +46,9 @@ from typing import Any, Literal
 
 from coevo_jax._errors import UserError
 from coevo_jax.data.jsonl import dumps_records, read_records
+from coevo_jax.data.offline import build_offline
 from coevo_jax.data.record import Record
+from coevo_jax.data.reference import GENERATED_SOURCES, generate
 from coevo_jax.data.sources import SOURCES, LoadReport, load_source
 
 FORMAT_VERSION = 1
@@ -260,12 +262,8 @@ Loader = Callable[[str, str], tuple[list[Record], LoadReport]]
 def offline_loader(source: str, split: str) -> tuple[list[Record], LoadReport]:
     """Loads a source from the installed packages, or from the seeded generators of
     ``coevo_jax.data.reference`` (the offline mixtures' loader)."""
-    from coevo_jax.data.reference import GENERATED_SOURCES, generate
-
     if source in GENERATED_SOURCES:
         return generate(source)
-    from coevo_jax.data.offline import build_offline
-
     return build_offline(source)
 
 

@@ -12,6 +12,9 @@ Reading and dequantising are the numpy-only ``gguf`` package's job
 * the GGUF metadata -> an HF ``config.json``-style dict, handed to
   ``ModelConfig.from_hf_dict`` so GGUF and HF loading share one config path.
 
+Opening the file and decoding its metadata (``read_metadata``, ``GGUFError``) live in
+:mod:`coevo_jax.models.gguf_file`, which the tokenizer imports too; they are re-exported here.
+
 Supported architectures: ``llama`` and ``qwen3``. Phi-3 GGUFs (fused qkv, long-rope factor
 tensors) and llama-3.1-style ``rope_freqs`` are refused with a clear error; load those models
 from their HF directories.
@@ -22,11 +25,32 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from coevo_jax._errors import UserError
+from coevo_jax.models.config import ModelConfig
+from coevo_jax.models.gguf_file import (
+    GGUF_MAGIC,
+    GGUFError,
+    check_gguf,
+    field_value,
+    open_reader,
+    read_metadata,
+)
+from coevo_jax.models.tokenizer import Tokenizer
 
-GGUF_MAGIC = b"GGUF"
+__all__ = [
+    "GGUF_MAGIC",
+    "GGUFError",
+    "SUPPORTED_ARCHITECTURES",
+    "hf_config_from_metadata",
+    "load_gguf",
+    "load_gguf_arrays",
+    "read_metadata",
+    "unpermute_qk",
+]
+
 SUPPORTED_ARCHITECTURES = ("llama", "qwen3")
 
 # per-layer llama.cpp suffix -> (params key, is a matrix to transpose)
@@ -43,57 +67,6 @@ _LAYER_TENSORS = {
     "ffn_up.weight": ("up", True),
     "ffn_down.weight": ("down", True),
 }
-
-
-class GGUFError(UserError, ValueError):
-    """A file that is not a GGUF this loader can read (wrong magic, truncated, unsupported
-    architecture or quantisation, missing or misshapen tensor): the user's file, not a bug."""
-
-
-def _check_gguf(path: str | os.PathLike) -> str:
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"GGUF file not found: {path}")
-    with open(path, "rb") as f:
-        magic = f.read(4)
-    if magic != GGUF_MAGIC:
-        raise GGUFError(
-            f"{path} is not a GGUF file: it starts with {magic!r}, a GGUF file starts with "
-            f"{GGUF_MAGIC!r}."
-        )
-    return path
-
-
-def _reader(path: str):
-    import gguf
-
-    try:
-        return gguf.GGUFReader(path, "r")
-    except Exception as e:  # truncated or corrupt: the reader fails with assorted errors
-        raise GGUFError(f"{path}: cannot read GGUF ({type(e).__name__}: {e})") from e
-
-
-def _field_value(field) -> Any:
-    if hasattr(field, "contents"):
-        return field.contents()
-    # older gguf: decode by hand (strings are uint8 parts, arrays index into parts)
-    import gguf
-
-    def one(part, vtype):
-        if vtype == gguf.GGUFValueType.STRING:
-            return bytes(part).decode("utf-8")
-        return part.tolist()[0]
-
-    if field.types[0] == gguf.GGUFValueType.ARRAY:
-        return [one(field.parts[i], field.types[-1]) for i in field.data]
-    return one(field.parts[field.data[0]], field.types[0])
-
-
-def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
-    """All key/values of a GGUF file, decoded to Python values (strings, numbers, lists)."""
-    path = _check_gguf(path)
-    reader = _reader(path)
-    return {name: _field_value(field) for name, field in reader.fields.items()}
 
 
 def hf_config_from_metadata(meta: dict[str, Any], *, tied: bool, source: str = "GGUF") -> dict:
@@ -181,9 +154,9 @@ def load_gguf_arrays(path: str | os.PathLike, *, dtype=np.float32):
     """
     import gguf
 
-    path = _check_gguf(path)
-    reader = _reader(path)
-    meta = {name: _field_value(field) for name, field in reader.fields.items()}
+    path = check_gguf(path)
+    reader = open_reader(path)
+    meta = {name: field_value(field) for name, field in reader.fields.items()}
     tensors = {t.name: t for t in reader.tensors}
     if "rope_freqs.weight" in tensors:
         raise GGUFError(
@@ -269,12 +242,6 @@ def load_gguf(path: str | os.PathLike, *, dtype=None):
       (``[in, out]`` matrices, layers stacked); ``tokenizer``: the byte-level BPE tokenizer with
       the file's chat template.
     """
-    import jax
-    import jax.numpy as jnp
-
-    from coevo_jax.models.config import ModelConfig
-    from coevo_jax.models.tokenizer import Tokenizer
-
     np_dtype = np.dtype(jnp.float32 if dtype is None else dtype)
     hf_cfg, arrays, meta = load_gguf_arrays(path, dtype=np_dtype)
     config = ModelConfig.from_hf_dict(hf_cfg, source=os.fspath(path))

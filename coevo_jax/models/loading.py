@@ -8,6 +8,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from coevo_jax.models.config import ModelConfig
 from coevo_jax.models.decoder import Decoder
@@ -58,6 +59,8 @@ def load(
         cfg, params = load_hf_params(p, cfg, dtype=dtype, mesh=mesh, progress=progress)
         return Decoder(cfg, params), _hf_tokenizer(p)
     if p.suffix == ".gguf":
+        # deferred (here and below): a GGUF brings its tokenizer (jinja2, tokenizers), which
+        # HF weight-only loading does without (see _hf_tokenizer)
         if mesh is None:
             from coevo_jax.models.gguf import load_gguf
 
@@ -66,8 +69,6 @@ def load(
             return Decoder(cfg, params), tokenizer
         # Host arrays straight to their shards: a model too big for one device never lands
         # whole on the default device first.
-        import numpy as np
-
         from coevo_jax.models.gguf import load_gguf_arrays
         from coevo_jax.models.tokenizer import Tokenizer
 

@@ -31,6 +31,8 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, processors
 from tokenizers import Tokenizer as _Backend
 
+from coevo_jax.models.gguf_file import read_metadata
+
 # llama.cpp token types (gguf.TokenType): 3 = CONTROL (special), 4 = USER_DEFINED (added, whole)
 _CONTROL, _USER_DEFINED = 3, 4
 
@@ -276,8 +278,6 @@ class Tokenizer:
     @classmethod
     def from_gguf(cls, path: str | os.PathLike) -> Tokenizer:
         """Read only the tokenizer metadata of a GGUF file."""
-        from coevo_jax.models.gguf import read_metadata
-
         return cls.from_gguf_metadata(read_metadata(path), source=os.fspath(path))
 
     @classmethod

@@ -24,6 +24,7 @@ import dataclasses
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
+from coevo_jax.orchestrators.answers import last_boxed
 from coevo_jax.rewards import code, ifeval, score
 from coevo_jax.rewards.qa import normalize_answer, token_f1
 from coevo_jax.rewards.reasoning import normalize
@@ -106,11 +107,6 @@ def metric_of(record: Mapping[str, Any]) -> str:
 
 
 def _final_answer(text: str) -> str:
-    # Imported here, not at the top: evochamber's package import loads this module (loop ->
-    # scoring), so a module-level import of evochamber.prompts would be a cycle inside
-    # ``orchestrators``.
-    from coevo_jax.orchestrators.evochamber.prompts import last_boxed
-
     boxed = last_boxed(text or "")
     if boxed is not None:
         return boxed

@@ -33,7 +33,7 @@ Homogeneous and heterogeneous settings run the same round over agent groups
 (``coevo_jax.train.setup``). The per-agent generation entropy that feeds the exploration bonus
 is estimated as the mean negative log-prob of the sampled tokens under the sampling
 distribution, an unbiased estimate of that distribution's per-token entropy that needs no
-extra forward pass (our reading; the seed does not say how it is measured).
+extra forward pass (our reading; the CERA-MoA paper does not say how it is measured).
 """
 
 from __future__ import annotations
@@ -51,7 +51,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from coevo_jax import data
 from coevo_jax._config import to_dict
+from coevo_jax.data.templates import render_chat
+from coevo_jax.rewards import score_batch
 from coevo_jax.rl.penalties import soft_overlong_penalty
 from coevo_jax.router import (
     feature_dim,
@@ -105,8 +108,6 @@ def default_reward_fn(
     records: Sequence[Any], completions: Sequence[str], agent_ids: Sequence[int]
 ) -> list[float]:
     """The verifiers of docs/design.md §5 (the agent does not matter to them)."""
-    from coevo_jax.rewards import score_batch
-
     return list(score_batch(records, completions))
 
 
@@ -295,8 +296,6 @@ class Trainer:
 
     def _router_prompt(self, idx: int) -> list[int]:
         if idx not in self._router_prompts:
-            from coevo_jax.data.templates import render_chat
-
             self._router_prompts[idx] = render_chat(
                 self.records[idx], self.router_backbone.tokenizer, self.cfg.data.max_input_tokens
             )
@@ -317,8 +316,6 @@ class Trainer:
         )
 
     def _probe_records(self) -> list[Any]:
-        from coevo_jax import data
-
         path = Path(self.cfg.data.path) if self.cfg.data.path else self.run_dir / "data"
         file = path / f"{self.cfg.loop.probe_split}.jsonl"
         if not file.is_file():

@@ -28,7 +28,12 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
+
+from coevo_jax.data.templates import render_chat
+from coevo_jax.router import route, select_agents, select_top_k
+from rollout_bridge.engine import GenerationError, GenerationRequest
 
 
 def domain_of(record: Any) -> str:
@@ -139,10 +144,6 @@ def eval_activation(f: np.ndarray, *, tau: float, routing: str = "threshold", to
     (``coevo_jax.router.select_agents`` with ``s = f``); ``"top_k"``: the ``top_k`` most
     familiar agents.
     """
-    import jax.numpy as jnp
-
-    from coevo_jax.router import select_agents, select_top_k
-
     f = jnp.asarray(f, jnp.float32)
     if routing == "top_k":
         return np.asarray(select_top_k(f, top_k))
@@ -214,10 +215,6 @@ def run_probe(trainer: Any, probe: ProbeSet, *, max_new_tokens: int) -> dict[str
     (``max_new_tokens``) per query, scored by ``trainer.reward_fn``. Nothing in the
     trainer's state changes.
     """
-    from coevo_jax.data.templates import render_chat
-    from coevo_jax.router import route
-    from rollout_bridge.engine import GenerationError, GenerationRequest
-
     cfg = trainer.cfg
     tok = trainer.router_backbone.tokenizer
     h = trainer.query_features(

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from coevo_jax.data.templates import format_line as data_format_line
+from coevo_jax.orchestrators.answers import last_boxed
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:/\d+)?")
 _FENCE = re.compile(r"```(?:[a-zA-Z0-9_+-]*)\n(.*?)```", re.S)
@@ -46,25 +47,6 @@ def member_prompt(persona: str, lessons: Sequence[str], metas: Sequence[str], bo
         parts.append("General insights:\n" + "\n".join(f"- {t}" for t in metas))
     parts.append(body)
     return "\n\n".join(parts)
-
-
-def last_boxed(text: str) -> str | None:
-    """Contents of the last ``\\boxed{...}`` with balanced braces, or None."""
-    start = text.rfind("\\boxed")
-    while start != -1:
-        i = text.find("{", start)
-        if i == -1:
-            return None
-        depth = 0
-        for j in range(i, len(text)):
-            if text[j] == "{":
-                depth += 1
-            elif text[j] == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[i + 1 : j].strip()
-        start = text.rfind("\\boxed", 0, start)
-    return None
 
 
 def answer_key(record: Mapping[str, Any], text: str | None) -> str | None:
