@@ -24,6 +24,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -172,8 +174,23 @@ def plot(result: dict[str, Any], path) -> None:
 
 
 def figures(rec: dict[str, Any]) -> list[dict[str, Any]]:
-    """No JAX-vs-PyTorch rows: the sweep is summarised by ``run_all.scaling_summary``."""
+    """No JAX-vs-PyTorch rows: the sweep is reported by ``summary``."""
     return []
+
+
+def summary(rec: Mapping[str, Any], path: str | Path) -> dict[str, Any]:
+    """The sweep reduced to one number per point (or ``"skipped"``/``"failed: ..."``), for
+    ``run_all``'s scaling table: seconds per step (policy step) and per batch (router), plus
+    the plot ``main`` writes beside the record at ``path`` (``None`` if it is not there)."""
+    out: dict[str, Any] = {"config": rec["config"]}
+    for kind, field in (("policy_step", "step_s"), ("router", "batch_s")):
+        out[kind] = {
+            k: (v[field] if isinstance(v, dict) else str(v))
+            for k, v in rec["figures"][kind].items()
+        }
+    png = Path(path).with_suffix(".png")
+    out["plot"] = str(png) if png.exists() else None
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

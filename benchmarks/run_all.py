@@ -176,14 +176,9 @@ def extract(name: str, rec: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def scaling_summary(rec: Mapping[str, Any]) -> dict[str, Any]:
-    """The scaling sweep reduced to one number per point (or ``"skipped"``/``"failed: ..."``)."""
-    out: dict[str, Any] = {"config": rec["config"]}
-    for kind, field in (("policy_step", "step_s"), ("router", "batch_s")):
-        out[kind] = {
-            k: (v[field] if isinstance(v, dict) else str(v))
-            for k, v in rec["figures"][kind].items()
-        }
-    return out
+    """The scaling sweep's table and plot from its record: ``bench_scaling.summary`` knows
+    its layout and where it put the plot (beside the JSON the record was read from)."""
+    return importlib.import_module(BENCHMARKS["scaling"][0]).summary(rec, rec["_path"])
 
 
 # ----------------------------------------------------------------------------- report
@@ -299,8 +294,6 @@ def assemble(
                 figures += extract(name, rec)
                 if name == "scaling":
                     scaling = scaling_summary(rec)
-                    png = Path(rec["_path"]).with_suffix(".png")
-                    scaling["plot"] = str(png) if png.exists() else None
             except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
                 entry["status"] = "failed"
                 entry["error"] = f"could not read figures: {type(e).__name__}: {e}"
