@@ -17,21 +17,13 @@ import numpy as np
 import pytest
 
 from coevo_jax.lora import AgentLoRA, LoRAConfig, init_lora, merge, unstack
-from coevo_jax.models import ModelConfig, export_merged
+from coevo_jax.models import export_merged
 from coevo_jax.models.decoder import jit_forward
 from coevo_jax.models.hf_loader import load_hf_params
+from tests.helpers import family_configs
 from tests.models._params import numpy_params as _base
 
-SMALL = dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_layers=2, num_heads=4)
-CONFIGS = {
-    "llama": ModelConfig(family="llama", **SMALL, num_kv_heads=2, head_dim=8, eos_token_ids=(2,)),
-    "qwen3": ModelConfig(
-        family="qwen3", **SMALL, num_kv_heads=2, head_dim=16, tie_word_embeddings=True
-    ),
-    "phi3": ModelConfig(
-        family="phi3", **SMALL, num_kv_heads=2, head_dim=8, partial_rotary_factor=0.5
-    ),
-}
+CONFIGS = family_configs(llama=dict(eos_token_ids=(2,)))
 # Llama adapts a subset (q, v, down) so the merge leaves the other projections untouched.
 TARGETS = {"llama": ("q", "v", "down"), "qwen3": None, "phi3": None}
 IDS = np.array([[5, 9, 3, 17, 22, 8, 40, 1]], np.int32)

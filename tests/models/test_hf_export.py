@@ -22,15 +22,11 @@ from coevo_jax.models.decoder import jit_forward
 from coevo_jax.models.hf_export import hf_config_dict, parse_size, save_hf
 from coevo_jax.models.hf_loader import load_hf_params
 from coevo_jax.models.tokenizer import Tokenizer
+from tests.helpers import FAMILY_MODEL, family_configs, tiny_model_config
 from tests.models._params import numpy_params as _params
 
-SMALL = dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_layers=2, num_heads=4)
-CONFIGS = {
-    "llama": ModelConfig(
-        family="llama",
-        **SMALL,
-        num_kv_heads=2,
-        head_dim=8,
+CONFIGS = family_configs(
+    llama=dict(
         rms_norm_eps=1e-5,
         rope_theta=500000.0,
         rope_type="llama3",
@@ -39,29 +35,16 @@ CONFIGS = {
         max_position_embeddings=64,
         eos_token_ids=(2, 3),
     ),
-    "qwen3": ModelConfig(
-        family="qwen3",
-        **SMALL,
-        num_kv_heads=2,
-        head_dim=16,  # != hidden/heads, as in real Qwen3 models
-        tie_word_embeddings=True,
-        rope_theta=1e6,
-        eos_token_ids=(2,),
-    ),
-    "phi3": ModelConfig(
-        family="phi3",
-        **SMALL,
-        num_kv_heads=2,
-        head_dim=8,
+    qwen3=dict(rope_theta=1e6, eos_token_ids=(2,)),
+    phi3=dict(
         rms_norm_eps=1e-5,
-        partial_rotary_factor=0.5,
         rope_type="longrope",
         original_max_position_embeddings=8,
         max_position_embeddings=64,
         rope_short_factor=(1.0, 1.5),
         rope_long_factor=(2.0, 3.0),
     ),
-}
+)
 # T=6 stays within original_max_position_embeddings=8; T=12 switches longrope to its long
 # factors (and is where llama3 scaling matters least, but still exercises it).
 IDS = {t: (np.arange(3, 3 + t, dtype=np.int32)[None] * 7) % 61 for t in (6, 12)}
@@ -94,7 +77,7 @@ def test_explicit_longrope_factors_and_sliding_window_round_trip():
 
 
 def test_configs_transformers_cannot_express_are_refused(tmp_path):
-    cfg = ModelConfig(family="phi3", **SMALL, num_kv_heads=2, head_dim=16)
+    cfg = tiny_model_config("phi3", **FAMILY_MODEL, head_dim=16)
     with pytest.raises(ValueError, match="head_dim 16 != hidden_size/num_heads"):
         hf_config_dict(cfg)
     cfg = dataclasses.replace(CONFIGS["llama"], sliding_window=8)
