@@ -146,7 +146,10 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 
 def load_yaml(cls: type[T], path: str | Path, overrides: list[str] | None = None) -> T:
-    """Loads YAML file ``path`` into dataclass ``cls``; errors name the file."""
+    """Loads YAML file ``path`` into dataclass ``cls``, then applies ``overrides``.
+
+    Errors name the file, or the command-line overrides when the file alone loads.
+    """
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
@@ -154,8 +157,16 @@ def load_yaml(cls: type[T], path: str | Path, overrides: list[str] | None = None
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
-    data = apply_overrides(data, overrides or [])
     try:
-        return from_dict(cls, data)
+        return from_dict(cls, apply_overrides(data, overrides or []))
     except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from e
+        err = e
+    # Blame what is wrong: the overrides when the file alone loads, else the file.
+    if overrides:
+        try:
+            from_dict(cls, data)
+        except ConfigError:
+            pass
+        else:
+            raise ConfigError(f"command-line override ({' '.join(overrides)}): {err}") from err
+    raise ConfigError(f"{path}: {err}") from err

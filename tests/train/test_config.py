@@ -49,6 +49,20 @@ def test_unknown_key_names_its_path(tmp_path):
         load_config(p)
 
 
+def test_an_error_blames_the_override_or_the_file_whichever_is_wrong(tmp_path):
+    good = CONFIG_DIR / "cpu_default.yaml"
+    with pytest.raises(ConfigError) as e:
+        load_config(good, ["loop.rounds=3", "rl.learning_rat=1"])
+    msg = str(e.value)
+    assert msg.startswith("command-line override (loop.rounds=3 rl.learning_rat=1): ")
+    assert "rl.learning_rat" in msg and str(good) not in msg
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("router:\n  taus: 0.5\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(bad, ["loop.rounds=3"])
+    assert str(e.value).startswith(f"{bad}: ") and "router.taus" in str(e.value)
+
+
 def test_invariant_violation_is_explained():
     with pytest.raises(ConfigError, match="fallback"):
         from_dict(TrainConfig, {"router": {"n_agents": 4, "lam": 0.5}})
