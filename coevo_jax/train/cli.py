@@ -60,7 +60,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         trainer = Trainer(cfg, run_dir, progress=not args.no_progress)
     except BaseException:
-        # A run that failed to start (unknown mixture, bad model path) leaves no empty directory.
+        # A run that failed to start (bad model path, unreadable data) leaves no empty directory.
         if fresh and run_dir.is_dir() and not any(run_dir.iterdir()):
             run_dir.rmdir()
         raise

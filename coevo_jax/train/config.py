@@ -22,6 +22,7 @@ import dataclasses
 from pathlib import Path
 
 from coevo_jax._config import ConfigError, check_at_least, load_yaml
+from coevo_jax.data.mixtures import MIXTURES
 from coevo_jax.lora import LoRAConfig
 from coevo_jax.rl import RLConfig
 from coevo_jax.router import RouterConfig
@@ -58,8 +59,8 @@ class DataSpec:
     """The training queries.
 
     Attributes:
-      mixture: a mixture name for ``coevo data build`` (``cpu``, ``paper``), built into the
-        run directory when ``path`` is None.
+      mixture: a mixture name for ``coevo data build`` (``cpu``, ``paper``, ``reference``,
+        ``conflict``), built into the run directory when ``path`` is None.
       path: a directory written by ``coevo data build`` (or a JSONL file of records).
       split: which split of the mixture to train on.
       max_input_tokens: prompts are left-truncated to this many tokens (paper: 800).
@@ -73,6 +74,10 @@ class DataSpec:
     def __post_init__(self):
         if self.max_input_tokens < 8:
             raise ValueError(f"max_input_tokens must be >= 8, got {self.max_input_tokens}")
+        if self.path is None and self.mixture not in MIXTURES:
+            raise ValueError(
+                f"unknown mixture {self.mixture!r}; known: {', '.join(sorted(MIXTURES))}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
