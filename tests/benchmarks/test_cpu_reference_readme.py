@@ -58,3 +58,22 @@ def test_routing_headroom_numbers_match_both_reports():
         best = max(v["macro"] for k, v in results.items() if k.startswith("single:"))
         assert f"{100 * results['oracle']['macro']:.1f}" in section, name
         assert f"{100 * best:.1f}" in section, name
+
+
+def test_conflict_run_numbers_match_its_committed_files():
+    section = _section()
+    conflict = ROOT / "benchmarks" / "results" / "cpu_conflict"
+    report = json.loads((conflict / "report.json").read_text())
+    assert readme_table(report).strip() in section
+    assert sum(report["queries_by_dataset"].values()) >= 200
+    routing = json.loads((conflict / "routing.json").read_text())
+    for when in ("start", "end"):
+        assert f"{routing[when]['mean_active']:.2f}" in section, when
+        assert f"{routing[when]['nmi']:.2f}" in section, when
+    probes = [json.loads(x)["probe"] for x in (conflict / "probes.jsonl").read_text().splitlines()]
+    assert f"{probes[0]['macro_reward']:.2f}" in section
+    assert f"{probes[-1]['macro_reward']:.2f}" in section
+    base = json.loads((conflict / "base_rewards.json").read_text())
+    for d, v in base["domains"].items():
+        assert f"{v['reward']:.2f}" in section, d
+    assert (conflict / "probe_curves.png").is_file() and "cpu_conflict/probe_curves.png" in section
