@@ -1,6 +1,6 @@
-"""How the test-time orchestrators score a task: the seed papers' metrics, not training rewards.
+"""How the test-time orchestrators score a task: the papers' own metrics, not training rewards.
 
-EvoChamber (the EvoChamber paper) reports "exact match for math, pass@1 for code, and F1 for QA". The
+The EvoChamber paper reports "exact match for math, pass@1 for code, and F1 for QA". The
 training rewards in :mod:`coevo_jax.rewards` give partial credit (a program passing half its
 tests scores 0.5) because RL needs a graded signal; here a task is *solved* only when:
 

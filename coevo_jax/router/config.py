@@ -1,7 +1,7 @@
 """Router configuration (docs/design.md §2 steps 2-4 and 8; the CERA-MoA paper's appendix B defaults).
 
 One frozen dataclass, loadable from YAML through :func:`coevo_jax._config.from_dict`. Every
-ablation the seeds report is a field here, never a code fork:
+ablation the CERA-MoA paper reports is a field here, never a code fork:
 
 - ``head``: ``"familiarity"`` (the paper's push-pull estimator), ``"regression"`` (an MLP
   predicts each agent's mean reward, MSE) or ``"classification"`` (softmax over agents, the
