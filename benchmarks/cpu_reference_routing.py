@@ -7,7 +7,8 @@ query, routing NMI between domain and top-1 agent, familiarity and top-1 counts 
 (``coevo_jax.train.probe.summarize``). Features only: nothing is generated. It also reports
 the features' geometry (``geometry``): how much of their norm is the shared mean, and the
 mean cosine between queries of each pair of domains, raw and whitened, which is what
-``router.feature_norm`` is about.
+``router.feature_norm`` is about; with ``--probe-fit N``, how well a linear classifier fitted
+on N training queries reads the domain off the features (``linear_probe``).
 
     python -m benchmarks.cpu_reference_routing --run runs/cpu_reference --out routing.json
 """
@@ -66,6 +67,25 @@ def geometry(h: np.ndarray, domains: list[str]) -> dict:
     }
 
 
+def linear_probe(h_fit, d_fit, h_test, d_test) -> dict:
+    """How well a linear classifier reads the domain off the router's features: multinomial
+    logistic regression fitted on ``h_fit`` (standardised with its own statistics) and scored
+    on ``h_test``. An upper bound on what a familiarity head, itself linear in the features,
+    could separate; ``chance`` is the largest domain's share of the test queries."""
+    from sklearn.linear_model import LogisticRegression
+
+    mu, sd = h_fit.mean(0), h_fit.std(0) + 1e-6
+    clf = LogisticRegression(max_iter=2000).fit((h_fit - mu) / sd, d_fit)
+    pred = clf.predict((h_test - mu) / sd)
+    _, counts = np.unique(d_test, return_counts=True)
+    return {
+        "fit_queries": len(d_fit),
+        "test_queries": len(d_test),
+        "accuracy": round(float(np.mean(pred == np.asarray(d_test))), 4),
+        "chance": round(float(counts.max() / counts.sum()), 4),
+    }
+
+
 def stats(trainer, records, h: np.ndarray) -> dict:
     from coevo_jax.router import route
     from coevo_jax.train import probe
@@ -88,6 +108,12 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--run", required=True)
     p.add_argument("--split", default="eval_id")
     p.add_argument("--out", default=None)
+    p.add_argument(
+        "--probe-fit",
+        type=int,
+        default=0,
+        help="also fit a linear domain classifier on this many training queries (linear_probe)",
+    )
     a = p.parse_args(argv)
 
     from coevo_jax import data
@@ -107,7 +133,14 @@ def main(argv: list[str] | None = None) -> dict:
         result["end"] = stats(tr, records, h)
         from coevo_jax.train.probe import domain_of
 
-        result["feature_geometry"] = geometry(h, [domain_of(r) for r in records])
+        domains = [domain_of(r) for r in records]
+        result["feature_geometry"] = geometry(h, domains)
+        if a.probe_fit:
+            fit = data.read_records(run / "data" / "train.jsonl")
+            fit = [fit[i] for i in np.random.default_rng(0).permutation(len(fit))[: a.probe_fit]]
+            result["feature_geometry"]["linear_probe"] = linear_probe(
+                features_of(tr, fit), [domain_of(r) for r in fit], h, domains
+            )
         result["end"]["checkpoint_round"] = tr.round
     finally:
         tr.close()

@@ -76,4 +76,6 @@ def test_conflict_run_numbers_match_its_committed_files():
     base = json.loads((conflict / "base_rewards.json").read_text())
     for d, v in base["domains"].items():
         assert f"{v['reward']:.2f}" in section, d
+    lin = routing["feature_geometry"]["linear_probe"]
+    assert f"{100 * lin['accuracy']:.1f} % accuracy" in section
     assert (conflict / "probe_curves.png").is_file() and "cpu_conflict/probe_curves.png" in section

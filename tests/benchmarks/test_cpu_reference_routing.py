@@ -14,3 +14,23 @@ def test_geometry_separates_a_shared_direction_from_the_domains():
     assert g["cosine_raw"]["a"]["b"] > 0.99  # raw, the two domains look alike
     # whitened, the shared direction is gone: the two domains point apart
     assert g["cosine_whitened"]["a"]["b"] < 0 < g["cosine_whitened"]["a"]["a"]
+
+
+def test_linear_probe_reads_a_small_domain_offset_under_a_large_shared_vector():
+    from benchmarks.cpu_reference_routing import linear_probe
+
+    rng = np.random.default_rng(0)
+
+    def sample(n, noise_dims):
+        d = rng.integers(0, 4, size=n)
+        h = 100.0 + rng.normal(size=(n, 16)) * noise_dims  # shared vector plus noise
+        h[np.arange(n), d] += 0.5 if noise_dims.any() else 0.0
+        return h, [f"d{k}" for k in d]
+
+    signal = np.r_[np.full(4, 0.05), np.ones(12)]  # domain axes quiet, the rest noisy
+    fit, test = sample(400, signal), sample(200, signal)
+    r = linear_probe(fit[0], fit[1], test[0], test[1])
+    assert r["accuracy"] > 0.95 and r["test_queries"] == 200 and r["chance"] < 0.35
+    # labels unrelated to the features: near chance
+    shuffled = list(np.random.default_rng(1).permutation(test[1]))
+    assert linear_probe(fit[0], fit[1], test[0], shuffled)["accuracy"] < 0.45
