@@ -48,7 +48,7 @@ from coevo_jax._errors import UserError
 from coevo_jax.data.jsonl import dumps_records, read_records
 from coevo_jax.data.offline import build_offline
 from coevo_jax.data.record import Record
-from coevo_jax.data.reference import GENERATED_SOURCES, generate
+from coevo_jax.data.reference import CONFLICT_SOURCES, GENERATED_SOURCES, generate
 from coevo_jax.data.sources import SOURCES, LoadReport, load_source
 
 FORMAT_VERSION = 1
@@ -226,14 +226,13 @@ def _reference() -> MixtureSpec:
 
 def _conflict() -> MixtureSpec:
     t = Take
-    styles = ("ref_few_words", "ref_many_words", "ref_few_sentences", "ref_many_sentences")
     return MixtureSpec(
         "conflict",
         offline=True,
         heldout_fraction=0.45,
         takes=(
-            *(t(s, "train", 300, "train") for s in styles),
-            *(t(s, "eval_id", 60, "heldout") for s in styles),
+            *(t(s, "train", 300, "train") for s in CONFLICT_SOURCES),
+            *(t(s, "eval_id", 60, "heldout") for s in CONFLICT_SOURCES),
             t("ifeval", "eval_ood", 100),
         ),
         description="Four domains whose behaviours conflict (configs/cpu_conflict.yaml): the "

@@ -250,6 +250,8 @@ _MAKERS: dict[str, tuple[str, Maker]] = {
     **{src: ("if", _style_maker(src)) for src in _STYLES},
 }
 GENERATED_SOURCES = tuple(_MAKERS)
+#: the ``conflict`` mixture's four domains, in the order of the module docstring's table
+CONFLICT_SOURCES = tuple(_STYLES)
 
 
 def generate(source: str, n: int = ITEMS_PER_SOURCE) -> tuple[list[Record], LoadReport]:
