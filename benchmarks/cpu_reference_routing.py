@@ -69,14 +69,18 @@ def geometry(h: np.ndarray, domains: list[str]) -> dict:
 
 def linear_probe(h_fit, d_fit, h_test, d_test) -> dict:
     """How well a linear classifier reads the domain off the router's features: multinomial
-    logistic regression fitted on ``h_fit`` (standardised with its own statistics) and scored
-    on ``h_test``. An upper bound on what a familiarity head, itself linear in the features,
-    could separate; ``chance`` is the largest domain's share of the test queries."""
+    logistic regression fitted on ``h_fit`` and scored on ``h_test``, both whitened with
+    ``h_fit``'s statistics exactly as ``router.feature_norm=standardize`` whitens (its floor
+    on barely varying dimensions included). An upper bound on what a familiarity head, itself
+    linear in the features, could separate; ``chance`` is the largest domain's share of the
+    test queries."""
     from sklearn.linear_model import LogisticRegression
 
-    mu, sd = h_fit.mean(0), h_fit.std(0) + 1e-6
-    clf = LogisticRegression(max_iter=2000).fit((h_fit - mu) / sd, d_fit)
-    pred = clf.predict((h_test - mu) / sd)
+    from coevo_jax.router.features import standardization, standardize
+
+    shift, scale = standardization(jnp.asarray(h_fit))
+    clf = LogisticRegression(max_iter=2000).fit(np.asarray(standardize(h_fit, shift, scale)), d_fit)
+    pred = clf.predict(np.asarray(standardize(h_test, shift, scale)))
     _, counts = np.unique(d_test, return_counts=True)
     return {
         "fit_queries": len(d_fit),
