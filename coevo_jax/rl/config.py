@@ -58,7 +58,7 @@ class RLConfig:
         reads it as ``"engine"``. Why recompute for a server: with one update per batch the
         two choices give the same gradient until the engine's numerics gap leaves the clip
         range, where ``"engine"`` silently drops the sequence and ``"recompute"`` keeps it
-        with a weight near 1 (measured on vLLM in ``benchmarks/HISTORY.md``).
+        with a weight near 1 (benchmarks/HISTORY.md has the vLLM measurement).
         ``"engine"``: the behaviour log-probs the rollout engine returned.
         ``"recompute"``: the trainer's own log-probs of the same tokens under the adapter
         it is about to update (each popped batch gets exactly one update, so that is the
