@@ -33,6 +33,7 @@ from coevo_jax.router.features import (
 )
 from coevo_jax.router.heads import RouterHead, make_head
 from coevo_jax.router.losses import push_pull_loss, router_advantages
+from coevo_jax.router.replay import RouterReplay, push_round
 from coevo_jax.router.routing import routing_scores, select_agents, select_top_k
 from coevo_jax.router.state import (
     RouterCounters,
@@ -59,6 +60,7 @@ __all__ = [
     "RouterConfig",
     "RouterCounters",
     "RouterHead",
+    "RouterReplay",
     "RouterState",
     "RoutingDecision",
     "best_agent_targets",
@@ -75,6 +77,7 @@ __all__ = [
     "orthogonal_across_agents",
     "pad_queries",
     "push_pull_loss",
+    "push_round",
     "record_entropy",
     "regression_loss",
     "route",

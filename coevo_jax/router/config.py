@@ -13,6 +13,9 @@ ablation the CERA-MoA paper reports is a field here, never a code fork:
 - ``lam``, ``margin``, ``tau``: sensitivity runs (see ``allow_no_fallback``).
 - ``feature_norm``: ``"none"`` (the paper, which names no normalisation) or
   ``"standardize"`` (per-dimension whitening with statistics frozen at the start of a run).
+- ``update_steps`` and ``replay_rounds``: the router's training schedule. ``1`` and ``1`` is
+  the paper (one step per round on that round's queries); larger values are for runs far
+  shorter than the paper's, where one step per round is too little signal for the heads.
 """
 
 from __future__ import annotations
@@ -62,6 +65,11 @@ class RouterConfig:
         without whitening a pull towards the target on one domain moves every domain.
         ``"none"``: raw ``h``, as the paper states it.
       norm_queries: how many training queries the statistics are taken over.
+      update_steps: Adam steps the router takes at the end of every round (paper: 1).
+      replay_rounds: each of those steps trains on the served queries of this many most
+        recent rounds, the current one included (paper: 1, the current round only). Older
+        rounds keep the rewards their agents earned then, so a window much longer than the
+        agents take to change trains the heads on agents that no longer exist.
       seed: PRNG seed for head initialisation.
     """
 
@@ -83,6 +91,8 @@ class RouterConfig:
     allow_no_fallback: bool = False
     feature_norm: Literal["none", "standardize"] = "none"
     norm_queries: int = 256
+    update_steps: int = 1
+    replay_rounds: int = 1
     seed: int = 42
 
     def __post_init__(self):
@@ -102,6 +112,7 @@ class RouterConfig:
             )
         check_at_least(self, 1, ("max_prompt_tokens", "hidden", "out_dim"))
         check_at_least(self, 2, ("norm_queries",))
+        check_at_least(self, 1, ("update_steps", "replay_rounds"))
         if not 1 <= self.top_k <= self.n_agents:
             raise ValueError(f"top_k must be in [1, n_agents={self.n_agents}], got {self.top_k}")
         if not self.lam > 0:

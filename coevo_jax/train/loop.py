@@ -57,9 +57,10 @@ from coevo_jax.data.templates import render_chat
 from coevo_jax.rewards import score_batch
 from coevo_jax.rl.penalties import soft_overlong_penalty
 from coevo_jax.router import (
+    RouterReplay,
     feature_dim,
     init_router,
-    pad_queries,
+    push_round,
     record_entropy,
     route,
     router_step,
@@ -68,7 +69,6 @@ from coevo_jax.router import (
     update_counters,
     with_feature_stats,
 )
-from coevo_jax.router import features as router_features
 from coevo_jax.train import probe as probe_lib
 from coevo_jax.train.batching import build_policy_batch
 from coevo_jax.train.buffers import FeatureReservoir, Group, LIFOBuffer
@@ -95,6 +95,7 @@ from coevo_jax.train.setup import (
     load_records,
     make_engine,
     make_groups,
+    query_features,
 )
 from rollout_bridge.engine import GenerationError, GenerationRequest
 
@@ -269,6 +270,13 @@ class Trainer:
         self.group_of = {a: g for g in self.groups for a in g.agents}
         in_dim = feature_dim(self.router_backbone.cfg.hidden_size, cfg.router.feature_layers)
         self.router = init_router(cfg.router, in_dim, seed=cfg.loop.seed)
+        self.router_replay = (
+            RouterReplay.empty(
+                cfg.router.replay_rounds, cfg.loop.queries_per_round, in_dim, cfg.router.n_agents
+            )
+            if cfg.router.replay_rounds > 1
+            else None
+        )
         self.buffers = [LIFOBuffer(capacity=cfg.loop.buffer_limit) for _ in range(n)]
         self.versions = [0] * n
         self.stream = QueryStream(len(self.records), cfg.loop.seed)
@@ -418,6 +426,7 @@ class Trainer:
                     else {}
                 ),
             },
+            **({"router_replay": self.router_replay} if self.router_replay is not None else {}),
         }
 
     def save(self) -> Path | None:
@@ -464,6 +473,8 @@ class Trainer:
         for g, p in zip(self.groups, arrays["policies"], strict=True):
             g.policy = p if g.mesh is None else replicate(p, g.mesh)
         self.router = self.router.replace(**arrays["router"])
+        if self.router_replay is not None:
+            self.router_replay = arrays["router_replay"]
         self.round = int(host["round"])
         self.versions = [int(v) for v in host["versions"]]
         self.stream.epoch, self.stream.position = (
@@ -658,18 +669,7 @@ class Trainer:
         pass with the run's feature layers and prompt limit. Training routes on these, so
         the probe (and any tool that routes records like training does) must use them too.
         """
-        rc, bb = self.cfg.router, self.router_backbone
-        ids, mask = pad_queries(
-            prompts, max_len=rc.max_prompt_tokens, pad_id=bb.tokenizer.pad_token_id
-        )
-        return router_features(
-            bb.params,
-            bb.cfg,
-            jnp.asarray(ids),
-            jnp.asarray(mask),
-            layers=rc.feature_layers,
-            max_len=rc.max_prompt_tokens,
-        )
+        return query_features(self.router_backbone, self.cfg.router, prompts)
 
     def _route(self, idx: list[int]) -> tuple[jax.Array, np.ndarray, np.ndarray]:
         """Steps 2-4: ``(h, f, active)``, the router features ``[B, D]``, familiarity
@@ -732,10 +732,19 @@ class Trainer:
     def _router_update(
         self, h: jax.Array, active: np.ndarray, rbar: np.ndarray, served: np.ndarray
     ) -> dict[str, Any]:
-        """Step 8: a router step on the activations actually served, then the UCB counters
-        (queries none of whose agents served a complete group do not count)."""
+        """Step 8: ``router.update_steps`` router steps on the activations actually served
+        (this round's, or the window of ``router.replay_rounds`` rounds), then the UCB
+        counters (queries none of whose agents served a complete group do not count).
+        Returns the first step's metrics: the loss before this round's updates."""
         valid = served.any(axis=1)
-        self.router, rm = router_step(self.router, h, jnp.asarray(rbar), jnp.asarray(served))
+        rows = (h, jnp.asarray(rbar, jnp.float32), jnp.asarray(served))
+        if self.router_replay is not None:
+            self.router_replay = push_round(self.router_replay, *rows)
+            rows = self.router_replay.flat()
+        rm = None
+        for _ in range(self.cfg.router.update_steps):
+            self.router, metrics = router_step(self.router, *rows)
+            rm = metrics if rm is None else rm
         self.router = update_counters(self.router, jnp.asarray(active), jnp.asarray(valid))
         return rm
 

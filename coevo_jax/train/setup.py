@@ -24,6 +24,7 @@ from coevo_jax.lora import init_lora, unstack
 from coevo_jax.lora.peft_io import served_rank
 from coevo_jax.models.hardware import matmul_dtype_warning
 from coevo_jax.rl.train_step import PolicyState, init_policy_state, make_policy_step
+from coevo_jax.router import RouterConfig, features, pad_queries
 from coevo_jax.train.config import ModelSpec, TrainConfig
 from rollout_bridge.http_engine import HTTPEngine
 from rollout_bridge.launcher import launch_vllm
@@ -46,6 +47,24 @@ def load_backbone(spec: ModelSpec) -> Backbone:
     if tokenizer is None:
         raise ValueError(f"{path}: no tokenizer found; the loop needs one to build prompts")
     return Backbone(model.params, model.config, tokenizer)
+
+
+def query_features(
+    backbone: Backbone, router: RouterConfig, prompts: Sequence[Sequence[int]]
+) -> jax.Array:
+    """``[B, D]`` router features of token-id prompts: ``backbone``'s partial pass with
+    ``router``'s feature layers and prompt limit, which is what training routes on."""
+    ids, mask = pad_queries(
+        prompts, max_len=router.max_prompt_tokens, pad_id=backbone.tokenizer.pad_token_id
+    )
+    return features(
+        backbone.params,
+        backbone.cfg,
+        jnp.asarray(ids),
+        jnp.asarray(mask),
+        layers=router.feature_layers,
+        max_len=router.max_prompt_tokens,
+    )
 
 
 def load_records(cfg: TrainConfig, run_dir: Path) -> list[Any]:

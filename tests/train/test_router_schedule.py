@@ -1,0 +1,44 @@
+"""The router's training schedule inside the trainer (``router.update_steps``,
+``router.replay_rounds``)."""
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from tests.train._tiny import tiny_config, tiny_trainer
+
+
+def _config(update_steps: int, replay_rounds: int, **loop):
+    cfg = tiny_config(**loop)
+    return dataclasses.replace(
+        cfg,
+        router=dataclasses.replace(
+            cfg.router, update_steps=update_steps, replay_rounds=replay_rounds
+        ),
+    )
+
+
+def test_steps_per_round_window_and_resume(tmp_path):
+    tr = tiny_trainer(_config(3, 2, rounds=2), tmp_path)
+    assert tr.router_replay is not None
+    rows = tr.run()
+    assert int(tr.router.step) == 2 * 3  # three Adam steps a round
+    w = tr.router_replay
+    assert int(w.rounds) == 2 and w.h.shape == (2, 4, tr.router.feature_shift.shape[0])
+    # round k in slot k - 1 (the ring's overwriting is tests/router/test_replay.py's); each
+    # served what its metrics row says it activated (no generation failed)
+    for slot, row in ((0, rows[0]), (1, rows[1])):
+        assert row["failures"] == 0 or row["failures"] == []
+        assert np.asarray(w.served[slot]).sum(axis=0).tolist() == row["activated"]["per_agent"]
+    tr.save()
+    back = tiny_trainer(_config(3, 2, rounds=2), tmp_path)
+    assert int(back.router_replay.rounds) == 0
+    assert back.restore()
+    for a, b in zip(jax.tree.leaves(back.router_replay), jax.tree.leaves(w), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_the_paper_schedule_keeps_no_window_and_its_checkpoint_layout(tmp_path):
+    tr = tiny_trainer(_config(1, 1), tmp_path)
+    assert tr.router_replay is None and "router_replay" not in tr._arrays()
