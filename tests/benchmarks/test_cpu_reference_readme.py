@@ -79,3 +79,49 @@ def test_conflict_run_numbers_match_its_committed_files():
     lin = routing["feature_geometry"]["linear_probe"]
     assert f"{100 * lin['accuracy']:.1f} % accuracy" in section
     assert (conflict / "probe_curves.png").is_file() and "cpu_conflict/probe_curves.png" in section
+
+
+def test_window_router_run_numbers_match_its_committed_files():
+    section = _section()
+    run = ROOT / "benchmarks" / "results" / "cpu_conflict_replay"
+    report = json.loads((run / "report.json").read_text())
+    assert readme_table(report).strip() in section
+    results = report["results"]
+    best = max(v["macro"] for k, v in results.items() if k.startswith("single:"))
+    assert f"{100 * results['oracle']['macro']:.1f} % macro" in section
+    assert f"{100 * best:.1f}" in section
+    routing = json.loads((run / "routing.json").read_text())
+    assert f"4.00 -> {routing['end']['mean_active']:.2f}" in section
+    assert f"{routing['start']['nmi']:.2f} -> {routing['end']['nmi']:.2f}" in section
+    probes = [json.loads(x)["probe"] for x in (run / "probes.jsonl").read_text().splitlines()]
+    first, last = probes[0]["macro_reward"], probes[-1]["macro_reward"]
+    assert f"{first:.2f} (round 0) -> {last:.2f} (round {probes[-1]['after_rounds']})" in section
+    meta = json.loads((run / "run.json").read_text())
+    assert f"({meta['policy_steps']} policy steps)" in section
+    assert f"{meta['wall_min']} minutes" in section
+    assert (
+        "cpu_conflict_replay/probe_curves.png" in section and (run / "probe_curves.png").is_file()
+    )
+    cfg = json.loads((run / "config.json").read_text())["router"]
+    assert (cfg["update_steps"], cfg["replay_rounds"]) == (8, 8)
+
+
+def test_router_replay_table_matches_its_committed_result():
+    section = _section()
+    conflict = ROOT / "benchmarks" / "results" / "cpu_conflict"
+    replay = json.loads((conflict / "router_replay.json").read_text())
+    assert replay["rounds"] == 25 and replay["seeds"] == 3
+    for schedule in ("1x1", "8x1", "1x8", "8x8", "16x8"):
+        cells = []
+        for ramp in ("15", "0"):
+            end = replay["ramps"][ramp][schedule]["end"]
+            for k in ("mean_active", "nmi", "top1_accuracy"):
+                v = end[k]
+                cells.append(f"{v['mean']:.2f} ({v['min']:.2f}-{v['max']:.2f})")
+        assert " | ".join(cells) in section, schedule
+    long = json.loads((conflict / "router_replay_100" / "router_replay.json").read_text())
+    assert long["rounds"] == 100
+    nmi = [c[-1]["nmi"] for c in long["ramps"]["0"]["8x8"]["curves"]]
+    assert f"{min(nmi):.2f}-{max(nmi):.2f}" in section
+    active = [c[-1]["mean_active"] for c in long["ramps"]["0"]["8x8"]["curves"]]
+    assert f"{min(active):.2f}-{max(active):.2f} at round 100" in section
