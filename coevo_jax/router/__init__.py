@@ -33,7 +33,7 @@ from coevo_jax.router.features import (
 )
 from coevo_jax.router.heads import RouterHead, make_head
 from coevo_jax.router.losses import push_pull_loss, router_advantages
-from coevo_jax.router.replay import RouterReplay, push_round
+from coevo_jax.router.replay import RouterReplay, push_round, rewindow
 from coevo_jax.router.routing import routing_scores, select_agents, select_top_k
 from coevo_jax.router.state import (
     RouterCounters,
@@ -80,6 +80,7 @@ __all__ = [
     "push_round",
     "record_entropy",
     "regression_loss",
+    "rewindow",
     "route",
     "router_advantages",
     "router_loss",

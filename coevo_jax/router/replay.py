@@ -84,3 +84,16 @@ def push_round(
         served=replay.served.at[slot].set(served.astype(bool)),
         rounds=replay.rounds + 1,
     )
+
+
+def rewindow(replay: RouterReplay, rounds: int) -> RouterReplay:
+    """The same history in a window of ``rounds`` slots: its most recent
+    ``min(rounds, R, replay.rounds)`` rounds, oldest first, so training resumes on the rounds
+    it would have kept (for a run resumed under another ``router.replay_rounds``)."""
+    r, b, in_dim = replay.h.shape
+    out = RouterReplay.empty(rounds, b, in_dim, replay.rbar.shape[-1])
+    pushed = int(replay.rounds)
+    for age in range(min(rounds, r, pushed), 0, -1):
+        slot = (pushed - age) % r
+        out = push_round(out, replay.h[slot], replay.rbar[slot], replay.served[slot])
+    return out

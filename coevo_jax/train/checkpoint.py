@@ -88,6 +88,13 @@ def latest_checkpoint(root: str | os.PathLike) -> Path | None:
     return done[-1] if done else None
 
 
+def checkpoint_shapes(path: str | os.PathLike) -> list[tuple[int, ...]]:
+    """The shapes of a checkpoint's arrays, in the leaf order of the state it was saved from
+    (for a caller that must build a template for a layout it does not know)."""
+    flat = _checkpointer().restore(Path(path).resolve() / "arrays")
+    return [tuple(np.shape(flat[k])) for k in sorted(flat)]
+
+
 def load_checkpoint(path: str | os.PathLike, template: Any) -> tuple[Any, dict]:
     """Restores ``(arrays, host_state)``; ``arrays`` takes the structure of ``template``.
 

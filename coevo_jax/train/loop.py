@@ -62,6 +62,7 @@ from coevo_jax.router import (
     init_router,
     push_round,
     record_entropy,
+    rewindow,
     route,
     router_step,
     select_agents,
@@ -72,7 +73,12 @@ from coevo_jax.router import (
 from coevo_jax.train import probe as probe_lib
 from coevo_jax.train.batching import build_policy_batch
 from coevo_jax.train.buffers import FeatureReservoir, Group, LIFOBuffer
-from coevo_jax.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from coevo_jax.train.checkpoint import (
+    checkpoint_shapes,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from coevo_jax.train.config import TrainConfig
 from coevo_jax.train.distributed import (
     broadcast_object,
@@ -409,9 +415,12 @@ class Trainer:
         return out
 
     # ---------------------------------------------------------------- checkpointing
-    def _arrays(self, feature_stats: bool = True) -> dict[str, Any]:
+    def _arrays(self, feature_stats: bool = True, replay: Any = "own") -> dict[str, Any]:
+        """The checkpointed arrays; ``replay`` (a window or None) replaces the run's own
+        window, to build a template for a checkpoint taken under another router schedule."""
         r = self.router
         feature_stats = feature_stats and self.cfg.router.feature_norm != "none"
+        window = self.router_replay if isinstance(replay, str) else replay
         return {
             "policies": [g.policy for g in self.groups],
             "router": {
@@ -426,7 +435,7 @@ class Trainer:
                     else {}
                 ),
             },
-            **({"router_replay": self.router_replay} if self.router_replay is not None else {}),
+            **({"router_replay": window} if window is not None else {}),
         }
 
     def save(self) -> Path | None:
@@ -457,24 +466,50 @@ class Trainer:
                 old.unlink(missing_ok=True)
         return path
 
+    def _load_any_layout(self, path: Path) -> tuple[dict[str, Any], dict]:
+        """Loads ``path`` under the run's own layout, else under the others a checkpoint of
+        this run may have: without the whitening statistics (written before checkpoints held
+        them: the ones this trainer took at start come from the same seeded sample of the
+        same queries), and with or without a router window (taken under another
+        ``router.update_steps``/``replay_rounds``; the window's shape is read from the
+        checkpoint). Raises the own layout's error when none fits."""
+        stats = [True] + ([False] if self.cfg.router.feature_norm != "none" else [])
+        n_agents = self.cfg.router.n_agents
+
+        def layouts():
+            yield from (self._arrays(fs) for fs in stats)
+            shapes = checkpoint_shapes(path)  # a second read, only off the common path
+            for fs in stats:
+                bare = self._arrays(fs, replay=None)
+                yield bare
+                n = len(jax.tree.leaves(bare))
+                # the window's leaves sort after the router's: h, rbar, served, rounds
+                if len(shapes) == n + 4 and len(shapes[n]) == 3:
+                    r, b, in_dim = shapes[n]
+                    yield self._arrays(fs, RouterReplay.empty(r, b, in_dim, n_agents))
+
+        first = None
+        for template in layouts():
+            try:
+                return load_checkpoint(path, template)
+            except ValueError as err:
+                first = first or err
+        raise first
+
     def restore(self, path: Path | None = None) -> bool:
         """Loads the newest checkpoint of ``run_dir`` (or ``path``); False when there is none."""
         path = path or latest_checkpoint(self.run_dir / "checkpoints")
         if path is None:
             return False
-        try:
-            arrays, host = load_checkpoint(path, self._arrays())
-        except ValueError:
-            if self.cfg.router.feature_norm == "none":
-                raise
-            # written before checkpoints held the whitening statistics: keep the ones this
-            # trainer took at start, from the same seeded sample of the same training queries
-            arrays, host = load_checkpoint(path, self._arrays(feature_stats=False))
+        arrays, host = self._load_any_layout(path)
         for g, p in zip(self.groups, arrays["policies"], strict=True):
             g.policy = p if g.mesh is None else replicate(p, g.mesh)
         self.router = self.router.replace(**arrays["router"])
-        if self.router_replay is not None:
-            self.router_replay = arrays["router_replay"]
+        saved = arrays.get("router_replay")
+        if self.router_replay is not None and saved is not None:
+            self.router_replay = rewindow(saved, self.cfg.router.replay_rounds)
+        # else: a window this config does not use is dropped, and a config that adds one
+        # starts it empty
         self.round = int(host["round"])
         self.versions = [int(v) for v in host["versions"]]
         self.stream.epoch, self.stream.position = (

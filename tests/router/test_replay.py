@@ -5,7 +5,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from coevo_jax.router import RouterConfig, RouterReplay, init_router, push_round, router_step
+from coevo_jax.router import (
+    RouterConfig,
+    RouterReplay,
+    init_router,
+    push_round,
+    rewindow,
+    router_step,
+)
 
 
 def _round(seed, b=3, d=5, n=2):
@@ -45,6 +52,20 @@ def test_a_step_on_a_part_filled_window_is_the_step_on_its_rows():
     np.testing.assert_allclose(float(gm["loss"]), float(wm["loss"]), rtol=1e-6)
     for a, b in zip(jax.tree.leaves(got.params), jax.tree.leaves(want.params), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("new", [1, 2, 3, 5])
+def test_rewindow_keeps_the_most_recent_rounds_oldest_first(new):
+    rounds = [_round(s) for s in range(5)]
+    w = RouterReplay.empty(3, 3, 5, 2)
+    for r in rounds:  # slots now hold rounds 3, 4, 2
+        w = push_round(w, *r)
+    got = rewindow(w, new)
+    want = RouterReplay.empty(new, 3, 5, 2)
+    for r in rounds[-min(new, 3) :]:
+        want = push_round(want, *r)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 def test_shapes_are_checked():

@@ -42,3 +42,26 @@ def test_steps_per_round_window_and_resume(tmp_path):
 def test_the_paper_schedule_keeps_no_window_and_its_checkpoint_layout(tmp_path):
     tr = tiny_trainer(_config(1, 1), tmp_path)
     assert tr.router_replay is None and "router_replay" not in tr._arrays()
+
+
+def test_a_run_resumes_under_another_router_schedule(tmp_path):
+    """A window this config does not use is dropped; a config that adds one starts it empty;
+    a different window length keeps the most recent rounds."""
+    tr = tiny_trainer(_config(3, 2, rounds=2), tmp_path)
+    tr.run()
+    tr.save()
+    paper = tiny_trainer(_config(1, 1, rounds=2), tmp_path)
+    assert paper.restore() and paper.round == 2 and paper.router_replay is None
+    for a, b in zip(
+        jax.tree.leaves(paper.router.params), jax.tree.leaves(tr.router.params), strict=True
+    ):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    longer = tiny_trainer(_config(2, 4, rounds=2), tmp_path)
+    assert longer.restore() and longer.router_replay.h.shape[0] == 4
+    assert int(longer.router_replay.rounds) == 2
+    np.testing.assert_array_equal(
+        np.asarray(longer.router_replay.h[:2]), np.asarray(tr.router_replay.h)
+    )
+    paper.save()  # a checkpoint without a window, read by a config with one
+    again = tiny_trainer(_config(3, 2, rounds=2), tmp_path)
+    assert again.restore() and int(again.router_replay.rounds) == 0
