@@ -69,7 +69,8 @@ class RouterConfig:
       replay_rounds: each of those steps trains on the served queries of this many most
         recent rounds, the current one included (paper: 1, the current round only). Older
         rounds keep the rewards their agents earned then, so a window much longer than the
-        agents take to change trains the heads on agents that no longer exist.
+        agents take to change trains the heads on agents that no longer exist. A run may
+        resume under another schedule (``Trainer.restore`` adapts the saved window).
       seed: PRNG seed for head initialisation.
     """
 

@@ -148,3 +148,22 @@ def test_continued_window_router_run_numbers_match_its_committed_files():
     assert f"{meta['wall_min_total']} minutes over both processes" in section
     assert "cpu_conflict_replay_37/probe_curves.png" in section
     assert (run / "probe_curves.png").is_file()
+
+
+def test_paper_schedule_control_numbers_match_its_committed_files():
+    section = _section()
+    run = ROOT / "benchmarks" / "results" / "cpu_conflict_control_37"
+    report = json.loads((run / "report.json").read_text())
+    assert report["checkpoint_round"] == 37
+    assert readme_table(report).strip() in section
+    cfg = json.loads((run / "config.json").read_text())["router"]
+    assert (cfg["update_steps"], cfg["replay_rounds"]) == (1, 1)
+    results = report["results"]
+    best = max((v["macro"], k) for k, v in results.items() if k.startswith("single:"))
+    diff = report["comparisons"][best[1]]["accuracy"]
+    lo, hi = (100 * x for x in diff["macro_diff_ci"])
+    assert f"{100 * diff['macro_diff']:+.1f} pp [{lo:+.1f}, {hi:+.1f}]" in section
+    routing = json.loads((run / "routing.json").read_text())
+    assert f"4.00 -> {routing['end']['mean_active']:.2f}" in section
+    assert f"{routing['start']['nmi']:.2f} -> {routing['end']['nmi']:.2f}" in section
+    assert "cpu_conflict_control_37/probe_curves.png" in section
