@@ -127,22 +127,30 @@ def test_router_replay_table_matches_its_committed_result():
     assert f"{min(active):.2f}-{max(active):.2f} at round 100" in section
 
 
-def test_continued_window_router_run_numbers_match_its_committed_files():
-    section = _section()
-    run = ROOT / "benchmarks" / "results" / "cpu_conflict_replay_37"
+def _check_resumed_run(run: Path, section: str) -> tuple[dict, float]:
+    """The checks both 37-round continuations share: the table, CERA-MoA minus the best
+    single agent with its CI, and routing start/end. Returns the report and the best single
+    agent's macro."""
     report = json.loads((run / "report.json").read_text())
     assert report["checkpoint_round"] == 37
     assert readme_table(report).strip() in section
     results = report["results"]
-    cera = results["cera"]
     best = max((v["macro"], k) for k, v in results.items() if k.startswith("single:"))
-    assert f"{100 * cera['macro']:.1f} % macro against {100 * best[0]:.1f} %" in section
     diff = report["comparisons"][best[1]]["accuracy"]
     lo, hi = (100 * x for x in diff["macro_diff_ci"])
-    assert f"+{100 * diff['macro_diff']:.1f} pp [+{lo:.1f}, +{hi:.1f}]" in section
+    assert f"{100 * diff['macro_diff']:+.1f} pp [{lo:+.1f}, {hi:+.1f}]" in section
     routing = json.loads((run / "routing.json").read_text())
     assert f"4.00 -> {routing['end']['mean_active']:.2f}" in section
     assert f"{routing['start']['nmi']:.2f} -> {routing['end']['nmi']:.2f}" in section
+    return report, best[0]
+
+
+def test_continued_window_router_run_numbers_match_its_committed_files():
+    section = _section()
+    run = ROOT / "benchmarks" / "results" / "cpu_conflict_replay_37"
+    report, best_macro = _check_resumed_run(run, section)
+    cera = report["results"]["cera"]
+    assert f"{100 * cera['macro']:.1f} % macro against {100 * best_macro:.1f} %" in section
     meta = json.loads((run / "run.json").read_text())
     assert f"{meta['policy_steps']} policy steps in all" in section
     assert f"{meta['wall_min_total']} minutes over both processes" in section
@@ -153,17 +161,7 @@ def test_continued_window_router_run_numbers_match_its_committed_files():
 def test_paper_schedule_control_numbers_match_its_committed_files():
     section = _section()
     run = ROOT / "benchmarks" / "results" / "cpu_conflict_control_37"
-    report = json.loads((run / "report.json").read_text())
-    assert report["checkpoint_round"] == 37
-    assert readme_table(report).strip() in section
+    _check_resumed_run(run, section)
     cfg = json.loads((run / "config.json").read_text())["router"]
     assert (cfg["update_steps"], cfg["replay_rounds"]) == (1, 1)
-    results = report["results"]
-    best = max((v["macro"], k) for k, v in results.items() if k.startswith("single:"))
-    diff = report["comparisons"][best[1]]["accuracy"]
-    lo, hi = (100 * x for x in diff["macro_diff_ci"])
-    assert f"{100 * diff['macro_diff']:+.1f} pp [{lo:+.1f}, {hi:+.1f}]" in section
-    routing = json.loads((run / "routing.json").read_text())
-    assert f"4.00 -> {routing['end']['mean_active']:.2f}" in section
-    assert f"{routing['start']['nmi']:.2f} -> {routing['end']['nmi']:.2f}" in section
     assert "cpu_conflict_control_37/probe_curves.png" in section
