@@ -12,7 +12,8 @@ ablation the CERA-MoA paper reports is a field here, never a code fork:
 - ``c_ucb = w_ent = 0``: no exploration. ``unbounded_push``: no margin.
 - ``lam``, ``margin``, ``tau``: sensitivity runs (see ``allow_no_fallback``).
 - ``feature_norm``: ``"none"`` (the paper, which names no normalisation) or
-  ``"standardize"`` (per-dimension whitening with statistics frozen at the start of a run).
+  ``"standardize"`` (per-dimension whitening with statistics frozen at the start of a run);
+  ``feature_center`` is how much of the mean that whitening removes.
 - ``update_steps`` and ``replay_rounds``: the router's training schedule. ``1`` and ``1`` is
   the paper (one step per round on that round's queries); larger values are for runs far
   shorter than the paper's, where one step per round is too little signal for the heads.
@@ -64,6 +65,16 @@ class RouterConfig:
         states of a chat prompt share one large direction (the template's last token), so
         without whitening a pull towards the target on one domain moves every domain.
         ``"none"``: raw ``h``, as the paper states it.
+      feature_center: with ``feature_norm="standardize"``, the fraction of the features'
+        mean that is subtracted before the rescaling (1: centred, the default; 0: rescaled
+        only). Not in the paper. Why: a head reaches familiarity ``f`` on a query it has
+        not seen only as far as the frozen target's output direction is shared by the
+        query's domain, and centred inputs make that direction vary from query to query.
+        On the conflict suite's features the mean cosine between a domain's target
+        directions and their mean is 0.39 centred, 0.70 at 0.75 and 0.96 at 0 (a
+        domain-constant prediction then reaches f 0.11, 0.21 and 0.58), so centred heads
+        need about 3 agents to sum to ``tau = 0.7``; less centring keeps less of what tells
+        the domains apart (``benchmarks/router_replay.py --feature-center``).
       norm_queries: how many training queries the statistics are taken over.
       update_steps: Adam steps the router takes at the end of every round (paper: 1).
       replay_rounds: each of those steps trains on the served queries of this many most
@@ -91,6 +102,7 @@ class RouterConfig:
     top_k: int = 1
     allow_no_fallback: bool = False
     feature_norm: Literal["none", "standardize"] = "none"
+    feature_center: float = 1.0
     norm_queries: int = 256
     update_steps: int = 1
     replay_rounds: int = 1
@@ -110,6 +122,13 @@ class RouterConfig:
         if self.feature_norm not in FEATURE_NORMS:
             raise ValueError(
                 f"feature_norm must be one of {FEATURE_NORMS}, got {self.feature_norm!r}"
+            )
+        if not 0.0 <= self.feature_center <= 1.0:
+            raise ValueError(f"feature_center must be in [0, 1], got {self.feature_center}")
+        if self.feature_center != 1.0 and self.feature_norm != "standardize":
+            raise ValueError(
+                f"feature_center={self.feature_center} needs feature_norm='standardize' (got "
+                f"{self.feature_norm!r}): it sets how much of the mean that whitening removes"
             )
         check_at_least(self, 1, ("max_prompt_tokens", "hidden", "out_dim"))
         check_at_least(self, 2, ("norm_queries",))

@@ -141,7 +141,9 @@ def pad_queries(
     return ids, mask
 
 
-def standardization(h: jax.Array, *, rel_floor: float = 1e-2) -> tuple[jax.Array, jax.Array]:
+def standardization(
+    h: jax.Array, *, rel_floor: float = 1e-2, center: float = 1.0
+) -> tuple[jax.Array, jax.Array]:
     """Per-dimension whitening statistics of a feature sample (``router.feature_norm``).
 
     Args:
@@ -149,11 +151,15 @@ def standardization(h: jax.Array, *, rel_floor: float = 1e-2) -> tuple[jax.Array
       rel_floor: each dimension's standard deviation is floored at ``rel_floor`` times the
         median one (and at 1e-6), so a dimension that barely varies over the sample is not
         blown up into noise of unit scale (a constant one maps to 0).
+      center: the fraction of the sample mean that is subtracted (``router.feature_center``):
+        1 centres the sample, 0 only rescales it, keeping the shared direction of the
+        features.
 
     Returns:
-      ``(shift, scale)``, each ``[D]`` float32: the mean and ``1 / floored std``, so that
-      :func:`standardize` gives the sample zero mean and unit variance in every dimension
-      above the floor.
+      ``(shift, scale)``, each ``[D]`` float32: ``center`` times the mean, and
+      ``1 / floored std``. With ``center = 1`` :func:`standardize` gives the sample zero mean
+      and unit variance in every dimension above the floor; with less, every dimension keeps
+      ``(1 - center)`` of its mean in units of its spread.
     """
     chex.assert_rank(h, 2)
     if h.shape[0] < 2:
@@ -161,7 +167,7 @@ def standardization(h: jax.Array, *, rel_floor: float = 1e-2) -> tuple[jax.Array
     h = jnp.asarray(h, jnp.float32)
     std = h.std(axis=0)
     floor = jnp.maximum(rel_floor * jnp.median(std), 1e-6)
-    return h.mean(axis=0), 1.0 / jnp.maximum(std, floor)
+    return center * h.mean(axis=0), 1.0 / jnp.maximum(std, floor)
 
 
 def standardize(h: jax.Array, shift: jax.Array, scale: jax.Array) -> jax.Array:

@@ -124,7 +124,7 @@ def with_feature_stats(state: RouterState, h: jax.Array) -> RouterState:
     if state.cfg.feature_norm != "standardize":
         return state
     chex.assert_shape(h, (None, state.feature_shift.shape[0]))
-    shift, scale = standardization(h)
+    shift, scale = standardization(h, center=state.cfg.feature_center)
     return state.replace(feature_shift=shift, feature_scale=scale)
 
 

@@ -63,5 +63,13 @@ def test_feature_norm_is_checked():
     assert RouterConfig(feature_norm="standardize").feature_norm == "standardize"
     with pytest.raises(ValueError, match="feature_norm must be one of"):
         RouterConfig(feature_norm="zscore")
+
+
+def test_feature_center_is_a_fraction_of_the_standardizing_mean():
+    assert RouterConfig(feature_norm="standardize", feature_center=0.75).feature_center == 0.75
+    with pytest.raises(ValueError, match=r"feature_center must be in \[0, 1\]"):
+        RouterConfig(feature_norm="standardize", feature_center=1.5)
+    with pytest.raises(ValueError, match="needs feature_norm='standardize'"):
+        RouterConfig(feature_center=0.5)
     with pytest.raises(ValueError, match="norm_queries must be >= 2"):
         RouterConfig(norm_queries=1)

@@ -152,3 +152,17 @@ def test_standardization_whitens_each_dimension_and_survives_constant_ones():
     assert np.all(z[:, 2] == 0.0)
     with pytest.raises(ValueError, match=">= 2 queries"):
         standardization(jnp.asarray(h[:1]))
+
+
+def test_standardization_removes_the_given_fraction_of_the_mean():
+    h = np.random.default_rng(1).normal(size=(64, 5)).astype(np.float32) * 2 + 10
+    full_shift, full_scale = standardization(jnp.asarray(h))
+    shift, scale = standardization(jnp.asarray(h), center=0.25)
+    np.testing.assert_allclose(shift, 0.25 * h.mean(0), rtol=1e-6)
+    np.testing.assert_array_equal(scale, full_scale)  # the spread is the same
+    z = np.asarray(standardize(jnp.asarray(h), shift, scale))
+    # each dimension keeps 3/4 of its mean, in units of its spread, and unit variance
+    np.testing.assert_allclose(z.mean(0), 0.75 * h.mean(0) / h.std(0), rtol=1e-4)
+    np.testing.assert_allclose(z.std(0), 1.0, rtol=1e-4)
+    unscaled, _ = standardization(jnp.asarray(h), center=0.0)
+    assert np.all(np.asarray(unscaled) == 0.0)

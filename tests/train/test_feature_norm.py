@@ -8,12 +8,14 @@ from coevo_jax.router import standardization
 from tests.train._tiny import tiny_config, tiny_records, tiny_trainer
 
 
-def _config(norm: str):
+def _config(norm: str, center: float = 1.0):
     cfg = tiny_config()
     # 128 tokens: the tiny prompts' own words fall inside the window the router reads
     return dataclasses.replace(
         cfg,
-        router=dataclasses.replace(cfg.router, feature_norm=norm, max_prompt_tokens=128),
+        router=dataclasses.replace(
+            cfg.router, feature_norm=norm, max_prompt_tokens=128, feature_center=center
+        ),
         data=dataclasses.replace(cfg.data, max_input_tokens=128),
     )
 
@@ -35,6 +37,15 @@ def test_statistics_come_from_the_training_queries_and_resume_with_the_run(tmp_p
     assert other.restore()
     np.testing.assert_array_equal(np.asarray(other.router.feature_shift), np.asarray(shift))
     np.testing.assert_array_equal(np.asarray(other.router.feature_scale), np.asarray(scale))
+
+
+def test_a_partly_centred_run_keeps_the_rest_of_the_mean(tmp_path):
+    tr = tiny_trainer(_config("standardize", center=0.5), tmp_path)
+    h = tr._feature_sample()
+    shift, scale = standardization(h, center=0.5)
+    np.testing.assert_array_equal(np.asarray(tr.router.feature_shift), np.asarray(shift))
+    z = np.asarray(tr.router.head_input(h))
+    np.testing.assert_allclose(z.mean(0), 0.5 * np.asarray(h.mean(0) * scale), rtol=1e-3, atol=1e-3)
 
 
 def test_no_whitening_by_default(tmp_path):
