@@ -13,10 +13,14 @@ rounds, as agents that start equal and specialise would; ``--ramp 0`` starts the
 specialised. The generation-entropy bonus is left out (every agent's is 0).
 
 For each router schedule (``update_steps x replay_rounds``, ``router.update_steps`` and
-``router.replay_rounds``) and each reward seed it reports, every ``--every`` rounds, on the
+``router.replay_rounds``; ``--feature-center`` overrides ``router.feature_center``) and each
+reward seed it reports, every ``--every`` rounds, on the
 held-out queries at the run's evaluation tau without exploration: mean active agents, the
 NMI between domain and top-1 agent, and the expected accuracy of answering each query with
-its top-1 agent (``top1_accuracy``, from ``p``). Writes ``router_replay.json`` and a plot of
+its top-1 agent (``top1_accuracy``, from ``p``). It also reports ``target_coherence``: how
+much of the frozen target heads' output direction the held-out queries of a domain share at
+the run's whitening, which caps the familiarity a head reaches on unseen queries (see
+``router.feature_center``). Writes ``router_replay.json`` and a plot of
 the curves to ``--out``.
 
     python -m benchmarks.router_replay --run-config benchmarks/results/cpu_conflict/config.json \\
@@ -45,6 +49,50 @@ def held_out_accuracy(report: dict, n_agents: int) -> tuple[list[str], np.ndarra
     return domains, p, np.array([res["base"]["by_dataset"][d] for d in domains])
 
 
+def initial_router(rc, h_train: np.ndarray, seed: int):
+    """The router state a run starts from: heads from ``seed`` and the whitening of the
+    trainer's own sample (``router.norm_queries`` training queries drawn with ``seed``)."""
+    import jax.numpy as jnp
+
+    from coevo_jax.router import init_router, with_feature_stats
+
+    state = init_router(rc, h_train.shape[1], seed=seed)
+    n = min(rc.norm_queries, len(h_train))
+    idx = sorted(np.random.default_rng(seed).choice(len(h_train), n, replace=False))
+    return with_feature_stats(state, jnp.asarray(h_train[idx]))
+
+
+def target_coherence(state, h: np.ndarray, d: np.ndarray) -> dict:
+    """How much of the frozen targets' output direction a domain shares, at ``state``'s
+    whitening: the ceiling on the familiarity a head reaches on queries it has not seen.
+
+    For each domain and agent, ``u_q`` is the unit target output ``cbar_i(h_q)`` of the
+    domain's queries ``h [Q, D]`` (domain indices ``d [Q]``). ``coherence`` is ``|mean u_q|``,
+    the mean cosine between the ``u_q`` and the best single direction; ``f_constant`` is the
+    mean familiarity ``exp(-lam * |u_q - that direction|)`` a head reaches by predicting it
+    for the whole domain. Both are averaged over domains and agents (``min`` over them too).
+    """
+    import jax.numpy as jnp
+
+    _, target = state.head.project(state.head_input(jnp.asarray(h)))
+    u = np.asarray(target, np.float64)
+    u /= np.linalg.norm(u, axis=-1, keepdims=True)  # [Q, N, out]
+    coh, fc = [], []
+    for k in np.unique(d):
+        m = u[d == k].mean(0)  # [N, out]
+        coh.append(np.linalg.norm(m, axis=-1))
+        best = m / np.linalg.norm(m, axis=-1, keepdims=True)
+        dist = np.linalg.norm(u[d == k] - best[None], axis=-1)  # [Q_k, N]
+        fc.append(np.exp(-state.cfg.lam * dist).mean(0))
+    coh, fc = np.array(coh), np.array(fc)
+    return {
+        "coherence": round(float(coh.mean()), 4),
+        "coherence_min": round(float(coh.min()), 4),
+        "f_constant": round(float(fc.mean()), 4),
+        "f_constant_max": round(float(fc.max()), 4),
+    }
+
+
 def replay(
     cfg,
     schedule: tuple[int, int],
@@ -68,26 +116,14 @@ def replay(
     """
     import jax.numpy as jnp
 
-    from coevo_jax.router import (
-        RouterReplay,
-        init_router,
-        push_round,
-        route,
-        router_step,
-        update_counters,
-        with_feature_stats,
-    )
+    from coevo_jax.router import RouterReplay, push_round, route, router_step, update_counters
     from coevo_jax.train.probe import eval_activation, routing_nmi
     from coevo_jax.train.setup import QueryStream
 
     steps, window = schedule
     rc = dataclasses.replace(cfg.router, update_steps=steps, replay_rounds=window)
     lc, g = cfg.loop, cfg.rollout.group_size
-    state = init_router(rc, h_train.shape[1], seed=lc.seed)
-    # the trainer's own whitening sample: router.norm_queries training queries, run seed
-    n = min(rc.norm_queries, len(h_train))
-    idx = sorted(np.random.default_rng(lc.seed).choice(len(h_train), n, replace=False))
-    state = with_feature_stats(state, jnp.asarray(h_train[idx]))
+    state = initial_router(rc, h_train, lc.seed)
     memory = RouterReplay.empty(window, lc.queries_per_round, h_train.shape[1], rc.n_agents)
     stream, rng = QueryStream(len(h_train), lc.seed), np.random.default_rng(seed)
     h_eval = jnp.asarray(h_eval)
@@ -167,6 +203,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--rounds", type=int, help="default: the run's loop.rounds")
     ap.add_argument("--every", type=int, default=5)
     ap.add_argument("--features", help="cache of the features (.npz), written when absent")
+    ap.add_argument(
+        "--feature-center",
+        type=float,
+        help="replay with this router.feature_center instead of the run's",
+    )
     a = ap.parse_args(argv)
 
     from coevo_jax import data
@@ -176,6 +217,10 @@ def main(argv: list[str] | None = None) -> dict:
     from coevo_jax.train.setup import load_backbone, query_features
 
     cfg = load_config(a.run_config)
+    if a.feature_center is not None:
+        cfg = dataclasses.replace(
+            cfg, router=dataclasses.replace(cfg.router, feature_center=a.feature_center)
+        )
     report = json.loads(Path(a.report).read_text())
     domains, p_end, base = held_out_accuracy(report, cfg.router.n_agents)
     p_start = np.tile(base, (cfg.router.n_agents, 1))
@@ -215,6 +260,13 @@ def main(argv: list[str] | None = None) -> dict:
         "rounds": rounds,
         "queries": {s: len(r) for s, r in splits.items()},
         "eval_tau": cfg.eval_tau,
+        "feature_center": cfg.router.feature_center,
+        # held-out, at the run's initial whitening
+        "target_coherence": target_coherence(
+            initial_router(cfg.router, feats["train"], cfg.loop.seed),
+            feats["eval_id"],
+            dom["eval_id"],
+        ),
         "seeds": a.seeds,
         "features_s": round(features_s, 1),
         "ramps": {},

@@ -50,6 +50,24 @@ def test_a_router_that_trains_more_per_round_routes_two_specialists_apart():
     assert router_replay.replay(cfg, (1, 1), *args, **kw)[-1]["nmi"] < curve[-1]["nmi"]
 
 
+def test_target_coherence_is_one_for_identical_queries_and_grows_with_less_centring():
+    cfg = tiny_config()
+    h, d = _clusters(64, 0)
+    h = h + 20.0  # a shared direction, as a chat template's last token gives
+    ones = router_replay.target_coherence(
+        router_replay.initial_router(cfg.router, h, 0), np.repeat(h[:1], 8, 0), np.zeros(8)
+    )
+    assert ones["coherence"] == 1.0 and ones["f_constant"] == 1.0
+
+    def coherence(center):
+        rc = dataclasses.replace(cfg.router, feature_norm="standardize", feature_center=center)
+        return router_replay.target_coherence(router_replay.initial_router(rc, h, 0), h, d)
+
+    full, half, none = coherence(1.0), coherence(0.5), coherence(0.0)
+    assert full["coherence"] < half["coherence"] < none["coherence"] <= 1.0
+    assert full["f_constant"] < half["f_constant"] < none["f_constant"]
+
+
 def test_main_writes_the_result_and_its_plot(tmp_path):
     from coevo_jax import data
 
@@ -71,11 +89,14 @@ def test_main_writes_the_result_and_its_plot(tmp_path):
             "--ramps", "0",
             "--seeds", "2",
             "--rounds", str(rounds),
+            "--feature-center", "0.5",
         ]
     )  # fmt: skip
     saved = json.loads((out / "router_replay.json").read_text())
     assert saved["ramps"].keys() == {"0"} and saved["ramps"]["0"].keys() == {"1x1", "2x2"}
     assert saved["queries"] == {"train": 1200, "eval_id": 240}
+    assert saved["feature_center"] == 0.5  # the run's config centres fully; overridden
+    assert 0 < saved["target_coherence"]["coherence"] <= 1
     entry = saved["ramps"]["0"]["2x2"]
     assert len(entry["curves"]) == 2 and entry["curves"][0][-1]["round"] == rounds
     assert entry["end"]["mean_active"]["min"] <= entry["end"]["mean_active"]["mean"]
