@@ -72,7 +72,7 @@ class RouterConfig:
         query's domain, and centred inputs make that direction vary from query to query.
         On the conflict suite's features the mean cosine between a domain's target
         directions and their mean is 0.39 centred, 0.70 at 0.75 and 0.96 at 0 (a
-        domain-constant prediction then reaches f 0.11, 0.21 and 0.58), so centred heads
+        domain-constant prediction then reaches f 0.11, 0.22 and 0.58), so centred heads
         need about 3 agents to sum to ``tau = 0.7``; less centring keeps less of what tells
         the domains apart (``benchmarks/router_replay.py --feature-center``).
       norm_queries: how many training queries the statistics are taken over.
