@@ -127,10 +127,10 @@ def test_router_replay_table_matches_its_committed_result():
     assert f"{min(active):.2f}-{max(active):.2f} at round 100" in section
 
 
-def _check_resumed_run(run: Path, section: str) -> tuple[dict, float]:
-    """The checks both 37-round continuations share: the table, CERA-MoA minus the best
-    single agent with its CI, and routing start/end. Returns the report and the best single
-    agent's macro."""
+def _check_37_round_run(run: Path, section: str) -> tuple[dict, float]:
+    """The checks the 37-round runs share: the table, CERA-MoA minus the best single agent
+    with its CI, and routing start/end. Returns the report and the best single agent's
+    macro."""
     report = json.loads((run / "report.json").read_text())
     assert report["checkpoint_round"] == 37
     assert readme_table(report).strip() in section
@@ -148,7 +148,7 @@ def _check_resumed_run(run: Path, section: str) -> tuple[dict, float]:
 def test_continued_window_router_run_numbers_match_its_committed_files():
     section = _section()
     run = ROOT / "benchmarks" / "results" / "cpu_conflict_replay_37"
-    report, best_macro = _check_resumed_run(run, section)
+    report, best_macro = _check_37_round_run(run, section)
     cera = report["results"]["cera"]
     assert f"{100 * cera['macro']:.1f} % macro against {100 * best_macro:.1f} %" in section
     meta = json.loads((run / "run.json").read_text())
@@ -161,7 +161,45 @@ def test_continued_window_router_run_numbers_match_its_committed_files():
 def test_paper_schedule_control_numbers_match_its_committed_files():
     section = _section()
     run = ROOT / "benchmarks" / "results" / "cpu_conflict_control_37"
-    _check_resumed_run(run, section)
+    _check_37_round_run(run, section)
     cfg = json.loads((run / "config.json").read_text())["router"]
     assert (cfg["update_steps"], cfg["replay_rounds"]) == (1, 1)
     assert "cpu_conflict_control_37/probe_curves.png" in section
+
+
+def test_feature_center_sweep_table_matches_its_committed_results():
+    section = _section()
+    sweep = ROOT / "benchmarks" / "results" / "cpu_conflict_replay_37" / "feature_center"
+    for center in ("1.0", "0.75", "0.65", "0.5", "0.0"):
+        r = json.loads((sweep / f"c{center}" / "router_replay.json").read_text())
+        assert r["feature_center"] == float(center) and r["rounds"] == 37 and r["seeds"] == 3
+        t, end = r["target_coherence"], r["ramps"]["15"]["8x8"]["end"]
+        cells = [f"{float(center):g}", f"{t['coherence']:.2f}", f"{t['f_constant']:.2f}"]
+        for k in ("mean_active", "nmi", "top1_accuracy"):
+            v = end[k]
+            cells.append(f"{v['mean']:.2f} ({v['min']:.2f}-{v['max']:.2f})")
+        assert "| " + " | ".join(cells) + " |" in section, center
+
+
+def test_partly_centred_run_numbers_match_its_committed_files():
+    section = _section()
+    run = ROOT / "benchmarks" / "results" / "cpu_conflict_center"
+    report, best_macro = _check_37_round_run(run, section)
+    cera = report["results"]["cera"]
+    assert f"CERA-MoA {100 * cera['macro']:.1f} % macro" in section
+    assert f"single:3, {100 * best_macro:.1f} % each)" in section
+    top2 = report["results"]["top:2"]["tokens_per_query"]
+    assert f"{cera['tokens_per_query']:.1f} tokens per query against {top2:.1f}" in section
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["rounds"] == 37 and meta["command"].startswith("coevo train --config")
+    assert f"({meta['policy_steps']} policy steps)" in section
+    assert f"{meta['wall_min']} minutes on 2 AMD Zen 3 cores" in section
+    assert f"in {meta['eval_wall_min']} minutes" in section
+    assert f"(median round {meta['round_s']['median']} s)" in section
+    probes = [json.loads(x)["probe"] for x in (run / "probes.jsonl").read_text().splitlines()]
+    first, last = probes[0]["macro_reward"], probes[-1]["macro_reward"]
+    assert f"{first:.2f} (round 0) -> {last:.2f} (round {probes[-1]['after_rounds']})" in section
+    cfg = json.loads((run / "config.json").read_text())["router"]
+    assert (cfg["update_steps"], cfg["replay_rounds"], cfg["feature_center"]) == (8, 8, 0.65)
+    assert "cpu_conflict_center/probe_curves.png" in section
+    assert (run / "probe_curves.png").is_file()
