@@ -93,9 +93,7 @@ def test_window_router_run_numbers_match_its_committed_files():
     routing = json.loads((run / "routing.json").read_text())
     assert f"4.00 -> {routing['end']['mean_active']:.2f}" in section
     assert f"{routing['start']['nmi']:.2f} -> {routing['end']['nmi']:.2f}" in section
-    probes = [json.loads(x)["probe"] for x in (run / "probes.jsonl").read_text().splitlines()]
-    first, last = probes[0]["macro_reward"], probes[-1]["macro_reward"]
-    assert f"{first:.2f} (round 0) -> {last:.2f} (round {probes[-1]['after_rounds']})" in section
+    _check_probe_rise(run, section)
     meta = json.loads((run / "run.json").read_text())
     assert f"({meta['policy_steps']} policy steps)" in section
     assert f"{meta['wall_min']} minutes" in section
@@ -125,6 +123,13 @@ def test_router_replay_table_matches_its_committed_result():
     assert f"{min(nmi):.2f}-{max(nmi):.2f}" in section
     active = [c[-1]["mean_active"] for c in long["ramps"]["0"]["8x8"]["curves"]]
     assert f"{min(active):.2f}-{max(active):.2f} at round 100" in section
+
+
+def _check_probe_rise(run: Path, section: str) -> None:
+    """The probe's first and last macro reward, as the README quotes them."""
+    probes = [json.loads(x)["probe"] for x in (run / "probes.jsonl").read_text().splitlines()]
+    first, last = probes[0]["macro_reward"], probes[-1]["macro_reward"]
+    assert f"{first:.2f} (round 0) -> {last:.2f} (round {probes[-1]['after_rounds']})" in section
 
 
 def _check_37_round_run(run: Path, section: str) -> tuple[dict, float]:
@@ -196,9 +201,7 @@ def test_partly_centred_run_numbers_match_its_committed_files():
     assert f"{meta['wall_min']} minutes on 2 AMD Zen 3 cores" in section
     assert f"in {meta['eval_wall_min']} minutes" in section
     assert f"(median round {meta['round_s']['median']} s)" in section
-    probes = [json.loads(x)["probe"] for x in (run / "probes.jsonl").read_text().splitlines()]
-    first, last = probes[0]["macro_reward"], probes[-1]["macro_reward"]
-    assert f"{first:.2f} (round 0) -> {last:.2f} (round {probes[-1]['after_rounds']})" in section
+    _check_probe_rise(run, section)
     cfg = json.loads((run / "config.json").read_text())["router"]
     assert (cfg["update_steps"], cfg["replay_rounds"], cfg["feature_center"]) == (8, 8, 0.65)
     assert "cpu_conflict_center/probe_curves.png" in section
