@@ -206,3 +206,18 @@ def test_partly_centred_run_numbers_match_its_committed_files():
     assert (cfg["update_steps"], cfg["replay_rounds"], cfg["feature_center"]) == (8, 8, 0.65)
     assert "cpu_conflict_center/probe_curves.png" in section
     assert (run / "probe_curves.png").is_file()
+
+
+def test_longer_replay_on_the_partly_centred_run_matches_its_committed_results():
+    section = _section()
+    base = ROOT / "benchmarks" / "results" / "cpu_conflict_center" / "router_replay_100"
+    for center, keys in (("0.65", ("nmi", "mean_active")), ("0.5", ("mean_active", "nmi"))):
+        r = json.loads((base / f"c{center}" / "router_replay.json").read_text())
+        assert r["rounds"] == 100 and r["feature_center"] == float(center)
+        end = r["ramps"]["15"]["8x8"]["end"]
+        text = [f"{end[k]['mean']:.2f} ({end[k]['min']:.2f}-{end[k]['max']:.2f})" for k in keys]
+        assert all(t in section for t in text), center
+    curves = json.loads((base / "c0.65" / "router_replay.json").read_text())
+    at_40 = [row["nmi"] for c in curves["ramps"]["15"]["8x8"]["curves"] for row in c
+             if row["round"] == 40]  # fmt: skip
+    assert len(at_40) == 3 and sum(at_40) / 3 > 0.3 and "passes NMI 0.3 by round 40" in section
