@@ -415,12 +415,9 @@ class Trainer:
         return out
 
     # ---------------------------------------------------------------- checkpointing
-    def _arrays(self, feature_stats: bool = True, replay: Any = "own") -> dict[str, Any]:
-        """The checkpointed arrays; ``replay`` (a window or None) replaces the run's own
-        window, to build a template for a checkpoint taken under another router schedule."""
+    def _arrays(self, feature_stats: bool = True) -> dict[str, Any]:
         r = self.router
         feature_stats = feature_stats and self.cfg.router.feature_norm != "none"
-        window = self.router_replay if isinstance(replay, str) else replay
         return {
             "policies": [g.policy for g in self.groups],
             "router": {
@@ -435,7 +432,7 @@ class Trainer:
                     else {}
                 ),
             },
-            **({"router_replay": window} if window is not None else {}),
+            **({"router_replay": self.router_replay} if self.router_replay is not None else {}),
         }
 
     def save(self) -> Path | None:
@@ -480,13 +477,13 @@ class Trainer:
             yield from (self._arrays(fs) for fs in stats)
             shapes = checkpoint_shapes(path)  # a second read, only off the common path
             for fs in stats:
-                bare = self._arrays(fs, replay=None)
+                bare = {k: v for k, v in self._arrays(fs).items() if k != "router_replay"}
                 yield bare
                 n = len(jax.tree.leaves(bare))
                 # the window's leaves sort after the router's: h, rbar, served, rounds
                 if len(shapes) == n + 4 and len(shapes[n]) == 3:
                     r, b, in_dim = shapes[n]
-                    yield self._arrays(fs, RouterReplay.empty(r, b, in_dim, n_agents))
+                    yield {**bare, "router_replay": RouterReplay.empty(r, b, in_dim, n_agents)}
 
         first = None
         for template in layouts():
