@@ -504,7 +504,10 @@ class Trainer:
         self.router = self.router.replace(**arrays["router"])
         saved = arrays.get("router_replay")
         if self.router_replay is not None and saved is not None:
-            self.router_replay = rewindow(saved, self.cfg.router.replay_rounds)
+            # the same length resumes as saved, ring layout and count, so the next rounds
+            # fill the same slots as in the run that saved it
+            same = saved.h.shape[0] == self.cfg.router.replay_rounds
+            self.router_replay = saved if same else rewindow(saved, self.cfg.router.replay_rounds)
         # else: a window this config does not use is dropped, and a config that adds one
         # starts it empty
         self.round = int(host["round"])

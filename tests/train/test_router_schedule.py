@@ -39,6 +39,20 @@ def test_steps_per_round_window_and_resume(tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def test_a_wrapped_window_resumes_exactly(tmp_path):
+    # 3 rounds in a 2-round ring: slot 0 holds round 3, slot 1 round 2, and the resumed
+    # window must keep that layout and its count, or the next rounds fill other slots
+    tr = tiny_trainer(_config(1, 2, rounds=3), tmp_path)
+    tr.run()
+    w = tr.router_replay
+    assert int(w.rounds) == 3
+    tr.save()
+    back = tiny_trainer(_config(1, 2, rounds=3), tmp_path)
+    assert back.restore()
+    for a, b in zip(jax.tree.leaves(back.router_replay), jax.tree.leaves(w), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_the_paper_schedule_keeps_no_window_and_its_checkpoint_layout(tmp_path):
     tr = tiny_trainer(_config(1, 1), tmp_path)
     assert tr.router_replay is None and "router_replay" not in tr._arrays()
