@@ -55,10 +55,10 @@ def initial_router(rc, h_train: np.ndarray, seed: int):
     import jax.numpy as jnp
 
     from coevo_jax.router import init_router, with_feature_stats
+    from coevo_jax.train.setup import whitening_sample
 
     state = init_router(rc, h_train.shape[1], seed=seed)
-    n = min(rc.norm_queries, len(h_train))
-    idx = sorted(np.random.default_rng(seed).choice(len(h_train), n, replace=False))
+    idx = whitening_sample(len(h_train), rc.norm_queries, seed)
     return with_feature_stats(state, jnp.asarray(h_train[idx]))
 
 

@@ -102,6 +102,7 @@ from coevo_jax.train.setup import (
     make_engine,
     make_groups,
     query_features,
+    whitening_sample,
 )
 from rollout_bridge.engine import GenerationError, GenerationRequest
 
@@ -319,13 +320,11 @@ class Trainer:
         """``[Q, D]`` router features of ``router.norm_queries`` training queries (a sample
         drawn with the run's seed, all of them when there are fewer): what the router's
         whitening statistics are taken over, before the first round."""
-        n = min(self.cfg.router.norm_queries, len(self.records))
-        rng = np.random.default_rng(self.cfg.loop.seed)
-        idx = sorted(rng.choice(len(self.records), size=n, replace=False).tolist())
+        idx = whitening_sample(len(self.records), self.cfg.router.norm_queries, self.cfg.loop.seed)
         return jnp.concatenate(
             [
                 self.query_features([self._router_prompt(i) for i in idx[s : s + chunk]])
-                for s in range(0, n, chunk)
+                for s in range(0, len(idx), chunk)
             ]
         )
 

@@ -83,6 +83,14 @@ def load_records(cfg: TrainConfig, run_dir: Path) -> list[Any]:
     return records
 
 
+def whitening_sample(n_records: int, norm_queries: int, seed: int) -> list[int]:
+    """Sorted indices of the training queries the router's whitening statistics are taken
+    over: ``min(norm_queries, n_records)`` of them, drawn without replacement with ``seed``
+    (the run's ``loop.seed``)."""
+    n = min(norm_queries, n_records)
+    return sorted(np.random.default_rng(seed).choice(n_records, size=n, replace=False).tolist())
+
+
 class QueryStream:
     """Deterministic sampling of distinct queries: a fresh permutation per epoch.
 

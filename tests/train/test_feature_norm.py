@@ -76,3 +76,13 @@ def test_evaluation_scores_queries_as_training_routes_them(tmp_path):
     ids, mask = pad_queries(prompts, max_len=128, pad_id=0)
     got = _familiarity_fn(tr)(jnp.asarray(ids), jnp.asarray(mask))
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+
+
+def test_whitening_sample_is_seeded_sorted_and_distinct():
+    from coevo_jax.train.setup import whitening_sample
+
+    idx = whitening_sample(1200, 256, 42)
+    assert len(idx) == 256 == len(set(idx)) and idx == sorted(idx)
+    assert 0 <= idx[0] and idx[-1] < 1200
+    assert whitening_sample(1200, 256, 42) == idx != whitening_sample(1200, 256, 43)
+    assert whitening_sample(10, 256, 42) == list(range(10))  # fewer records: all of them
