@@ -3,7 +3,8 @@
 Opens the run read-only, routes every ``eval_id`` record with the router as initialised
 (the run's seed: the state before round 1) and as restored from the last checkpoint, at the
 run's evaluation tau with no exploration, and reports for each: mean active agents per
-query, routing NMI between domain and top-1 agent, familiarity and top-1 counts by domain
+query and routing NMI between domain and top-1 agent, each with a 95 % bootstrap interval
+over queries (``mean_active_ci``, ``nmi_ci``), familiarity and top-1 counts by domain
 (``coevo_jax.train.probe.summarize``). Features only: nothing is generated. It also reports
 the features' geometry (``geometry``): how much of their norm is the shared mean, and the
 mean cosine between queries of each pair of domains, raw and whitened, which is what
@@ -91,6 +92,7 @@ def linear_probe(h_fit, d_fit, h_test, d_test) -> dict:
 
 
 def stats(trainer, records, h: np.ndarray) -> dict:
+    from coevo_jax.eval.stats import bootstrap_ci, query_bootstrap_ci
     from coevo_jax.router import route
     from coevo_jax.train import probe
 
@@ -103,6 +105,8 @@ def stats(trainer, records, h: np.ndarray) -> dict:
     out = probe.summarize(domains, f, active, np.zeros(len(records)), np.zeros(len(records)))
     for k in ("macro_reward", "reward_by_domain", "tokens_per_query"):
         out.pop(k)  # nothing generated here
+    out["mean_active_ci"] = list(bootstrap_ci(active.sum(axis=1)))
+    out["nmi_ci"] = list(query_bootstrap_ci(probe.routing_nmi, np.asarray(domains), f.argmax(1)))
     out["eval_tau"] = cfg.eval_tau
     return out
 

@@ -57,8 +57,10 @@ def _percentile_ci(
     confidence: float,
     n_resamples: int,
     seed: int,
+    **options: Any,
 ) -> tuple[float, float]:
-    """``scipy.stats.bootstrap`` percentile interval of ``statistic`` over ``samples``."""
+    """``scipy.stats.bootstrap`` percentile interval of ``statistic`` over ``samples``
+    (``options``: more keywords of it, such as ``paired``)."""
     res = scipy.stats.bootstrap(
         samples,
         statistic,
@@ -66,6 +68,7 @@ def _percentile_ci(
         n_resamples=n_resamples,
         method="percentile",
         rng=np.random.default_rng(seed),
+        **options,
     )
     ci = res.confidence_interval
     return float(ci.low), float(ci.high)
@@ -94,6 +97,42 @@ def bootstrap_ci(
     if a.size == 1 or np.all(a == a[0]):
         return float(a[0]), float(a[0])
     return _percentile_ci((a,), np.mean, confidence, n_resamples, seed)
+
+
+def query_bootstrap_ci(
+    statistic: Any,
+    *columns: Any,
+    confidence: float = CONFIDENCE,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of any ``statistic`` of per-query columns, resampling
+    queries (rows) together: for a statistic that is not a mean of per-query scores, such as
+    the routing NMI between domain and top-1 agent.
+
+    Args:
+      statistic: ``f(*columns) -> float`` over ``[Q]`` arrays.
+      columns: ``[Q]`` arrays of the same length (labels may be ints or strings).
+      confidence, n_resamples, seed: as in :func:`bootstrap_ci`.
+
+    Returns:
+      ``(lo, hi)``, ``lo <= hi``; ``(s, s)`` when every replicate gives the same value ``s``.
+    """
+    cols = [np.asarray(c) for c in columns]
+    if not cols or cols[0].ndim != 1 or cols[0].size == 0:
+        raise ValueError("query_bootstrap_ci needs non-empty 1-D columns, one entry per query")
+    if any(c.shape != cols[0].shape for c in cols):
+        raise ValueError(f"columns differ in length: {[c.size for c in cols]}")
+    if cols[0].size == 1:
+        value = float(statistic(*cols))
+        return value, value
+    # scipy resamples numbers only: labels travel as their integer codes.
+    codes = [c if np.issubdtype(c.dtype, np.number) else np.unique(c, return_inverse=True)[1]
+             for c in cols]  # fmt: skip
+    lo, hi = _percentile_ci(
+        tuple(codes), statistic, confidence, n_resamples, seed, paired=True, vectorized=False
+    )
+    return lo, hi
 
 
 def macro_mean(x: Any, groups: Sequence[Any]) -> float:

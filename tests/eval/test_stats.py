@@ -150,3 +150,24 @@ def test_summarise_fields():
     assert set(s["by_group_ci"]) == {"a", "b"}
     for point, (lo, hi) in [(s["mean"], s["ci"]), (s["macro"], s["macro_ci"])]:
         assert 0 <= lo <= point <= hi <= 1
+
+
+def test_query_bootstrap_ci_of_routing_nmi():
+    from coevo_jax.train.probe import routing_nmi
+
+    domains = np.repeat(["a", "b", "c", "d"], 60)
+    perfect = np.repeat([0, 1, 2, 3], 60)
+    assert stats.query_bootstrap_ci(routing_nmi, domains, perfect, n_resamples=200) == (1.0, 1.0)
+    noisy = np.where(np.random.default_rng(0).random(240) < 0.5, perfect, 0)
+    point = routing_nmi(domains, noisy)
+    lo, hi = stats.query_bootstrap_ci(routing_nmi, domains, noisy, n_resamples=500)
+    assert 0 < lo < point < hi < 1 and hi - lo < 0.25
+    with pytest.raises(ValueError, match="differ in length"):
+        stats.query_bootstrap_ci(routing_nmi, domains, perfect[:10])
+
+
+def test_query_bootstrap_ci_of_a_mean_is_bootstrap_ci():
+    x = np.random.default_rng(1).random(50)
+    lo, hi = stats.query_bootstrap_ci(np.mean, x, n_resamples=2000)
+    ref_lo, ref_hi = stats.bootstrap_ci(x, n_resamples=2000)
+    assert abs(lo - ref_lo) < 0.02 and abs(hi - ref_hi) < 0.02
