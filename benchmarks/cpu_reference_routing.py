@@ -91,8 +91,22 @@ def linear_probe(h_fit, d_fit, h_test, d_test) -> dict:
     }
 
 
+def nmi_ci(top1_by_domain: dict[str, list[int]]) -> list[float]:
+    """95 % bootstrap interval (over queries) of the routing NMI between domain and top-1
+    agent, from its contingency table ``{domain: [N] counts of top-1 agents}`` (a
+    ``routing.json``'s ``top1_by_domain``): the NMI depends on the queries only through it."""
+    from coevo_jax.eval.stats import query_bootstrap_ci
+    from coevo_jax.train.probe import routing_nmi
+
+    domains = np.concatenate([[d] * sum(c) for d, c in sorted(top1_by_domain.items())])
+    top1 = np.concatenate(
+        [np.repeat(np.arange(len(c)), c) for _, c in sorted(top1_by_domain.items())]
+    )
+    return list(query_bootstrap_ci(routing_nmi, domains, top1))
+
+
 def stats(trainer, records, h: np.ndarray) -> dict:
-    from coevo_jax.eval.stats import bootstrap_ci, query_bootstrap_ci
+    from coevo_jax.eval.stats import bootstrap_ci
     from coevo_jax.router import route
     from coevo_jax.train import probe
 
@@ -106,7 +120,7 @@ def stats(trainer, records, h: np.ndarray) -> dict:
     for k in ("macro_reward", "reward_by_domain", "tokens_per_query"):
         out.pop(k)  # nothing generated here
     out["mean_active_ci"] = list(bootstrap_ci(active.sum(axis=1)))
-    out["nmi_ci"] = list(query_bootstrap_ci(probe.routing_nmi, np.asarray(domains), f.argmax(1)))
+    out["nmi_ci"] = nmi_ci(out["top1_by_domain"])
     out["eval_tau"] = cfg.eval_tau
     return out
 

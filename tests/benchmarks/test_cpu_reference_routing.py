@@ -34,3 +34,15 @@ def test_linear_probe_reads_a_small_domain_offset_under_a_large_shared_vector():
     # labels unrelated to the features: near chance
     shuffled = list(np.random.default_rng(1).permutation(test[1]))
     assert linear_probe(fit[0], fit[1], test[0], shuffled)["accuracy"] < 0.45
+
+
+def test_nmi_ci_from_counts_brackets_the_nmi_of_the_table():
+    from benchmarks.cpu_reference_routing import nmi_ci
+    from coevo_jax.train.probe import routing_nmi
+
+    table = {"a": [50, 10, 0], "b": [5, 40, 15], "c": [10, 10, 40]}
+    d = [k for k, c in table.items() for _ in range(sum(c))]
+    top1 = [i for c in table.values() for i, n in enumerate(c) for _ in range(n)]
+    lo, hi = nmi_ci(table)
+    assert lo < routing_nmi(d, top1) < hi and hi - lo < 0.3
+    assert nmi_ci({"a": [20, 0], "b": [0, 20]}) == [1.0, 1.0]
