@@ -7,7 +7,8 @@ wrapped in (command, wall-clock time, peak resident memory), and writes one JSON
 - ``rounds``, ``policy_steps_per_agent`` (the agents' versions after the last round) and
   ``policy_steps``;
 - ``round_s`` (min, median, max of the rounds' wall seconds) and ``router_s_median``;
-- ``wall_min`` and ``max_rss_gib`` of training, ``eval_wall_min`` and ``eval_max_rss_gib`` of
+- ``wall_min`` and ``max_rss_gib`` of training (over all its processes when it was stopped
+  and resumed: then also ``resume_commands`` and ``wall_min_by_process``), ``eval_wall_min`` and ``eval_max_rss_gib`` of
   the evaluation (from the ``time -v`` logs);
 - the commands, ``machine`` and ``git_commit``, and free-text ``notes``.
 
@@ -81,7 +82,12 @@ def summarize_metrics(path: Path) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", required=True, help="the run directory (holds metrics.jsonl)")
-    ap.add_argument("--train-log", help="the training command's /usr/bin/time -v output")
+    ap.add_argument(
+        "--train-log",
+        nargs="+",
+        help="the training command's /usr/bin/time -v output; one per process, in order, for "
+        "a run that was stopped and resumed",
+    )
     ap.add_argument("--eval-log", help="the evaluation command's /usr/bin/time -v output")
     ap.add_argument("--notes", default="", help="free text: what else shared the machine")
     ap.add_argument("--out", required=True, help="the run.json to write")
@@ -89,10 +95,13 @@ def main(argv: list[str] | None = None) -> dict:
 
     out = summarize_metrics(Path(a.run) / "metrics.jsonl")
     if a.train_log:
-        t = parse_time_v(Path(a.train_log).read_text(errors="replace"), a.train_log)
-        out = {"command": t["command"], **out}
-        out["wall_min"] = round(t["wall_s"] / 60, 1)
-        out["max_rss_gib"] = t["max_rss_gib"]
+        ts = [parse_time_v(Path(x).read_text(errors="replace"), x) for x in a.train_log]
+        out = {"command": ts[0]["command"], **out}
+        if len(ts) > 1:
+            out["resume_commands"] = [t["command"] for t in ts[1:]]
+            out["wall_min_by_process"] = [round(t["wall_s"] / 60, 1) for t in ts]
+        out["wall_min"] = round(sum(t["wall_s"] for t in ts) / 60, 1)
+        out["max_rss_gib"] = max(t["max_rss_gib"] for t in ts)
     if a.eval_log:
         e = parse_time_v(Path(a.eval_log).read_text(errors="replace"), a.eval_log)
         out["eval_command"] = e["command"]

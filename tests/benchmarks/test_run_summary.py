@@ -66,3 +66,21 @@ def test_a_run_without_rounds_is_refused_by_name(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("")
     with pytest.raises(ValueError, match="metrics.jsonl: no round records"):
         run_summary.main(["--run", str(tmp_path), "--out", str(tmp_path / "run.json")])
+
+
+def test_a_stopped_and_resumed_run_sums_its_processes(tmp_path):
+    _metrics(tmp_path / "metrics.jsonl", 3)
+    (tmp_path / "a.log").write_text(TIME_V)
+    resumed = TIME_V.replace(
+        "--config configs/cpu_conflict_center.yaml --out runs/x", "--resume runs/x"
+    )
+    resumed = resumed.replace("1:23:45.50", "6:00").replace("5662310", "6000000")
+    (tmp_path / "b.log").write_text(resumed)
+    out = run_summary.main(
+        ["--run", str(tmp_path), "--train-log", str(tmp_path / "a.log"), str(tmp_path / "b.log"),
+         "--out", str(tmp_path / "run.json")]
+    )  # fmt: skip
+    assert out["command"].startswith("coevo train --config")
+    assert out["resume_commands"] == ["coevo train --resume runs/x"]
+    assert out["wall_min_by_process"] == [83.8, 6.0] and out["wall_min"] == 89.8
+    assert out["max_rss_gib"] == round(6000000 / 2**20, 2)
