@@ -7,7 +7,7 @@ was ``mmap``-ed or sits at the top of its heap, and its mmap threshold rises to 
 the largest freed mmap-ed block (up to 32 MiB), so after the first big free most buffers come
 from the main heap and the per-thread arenas of XLA's thread pool, where freed pages stay
 resident. Nothing is referenced, yet the process's resident memory grew by about a third
-of a gigabyte a round on ``configs/cpu_reference.yaml`` until the kernel killed it
+of a gigabyte a round on ``configs/cpu_reference_mixture.yaml`` until the kernel killed it
 (``benchmarks/HISTORY.md``, 2026-12-05). ``malloc_trim(0)`` hands every free page of every
 arena back; the trainer calls :func:`release_free_memory` at the end of each round.
 """

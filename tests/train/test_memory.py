@@ -1,6 +1,6 @@
 """Issue 29: the trainer's resident memory must not grow round after round.
 
-The growth on ``configs/cpu_reference.yaml`` was freed buffers that glibc kept resident
+The growth on ``configs/cpu_reference_mixture.yaml`` was freed buffers that glibc kept resident
 (``coevo_jax.train.memory``); these tests check that the release works, that every round
 calls it, and that nothing the loop references (device arrays, compiled executables) grows
 with the number of rounds once the shapes have been seen.

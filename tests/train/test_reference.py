@@ -32,13 +32,14 @@ PROBE_KEYS = {
     "active_by_domain", "familiarity_by_domain", "top1_by_domain", "nmi",
     "tokens_per_query", "failed",
 }  # fmt: skip
-DOMAINS = {"ref_code", "ref_if_wrap", "ref_if_end", "synthetic_if"}
+DOMAINS = {"ref_few_words", "ref_many_words", "ref_few_sentences", "ref_many_sentences"}
 
 
 @pytest.mark.slow
 def test_reference_config_two_rounds_and_eval(tmp_path):
     cfg = load_config(CONFIG_DIR / "cpu_reference.yaml", SHRINK)
-    assert cfg.data.mixture == "reference" and cfg.rollout.engine == "inprocess"
+    assert cfg.data.mixture == "conflict" and cfg.rollout.engine == "inprocess"
+    assert cfg.router.feature_norm == "standardize" and cfg.router.replay_rounds == 8
     run = tmp_path / "run"
     tr = Trainer(cfg, run, progress=False)
     rows = tr.run()
