@@ -8,8 +8,8 @@ wrapped in (command, wall-clock time, peak resident memory), and writes one JSON
   ``policy_steps``;
 - ``round_s`` (min, median, max of the rounds' wall seconds) and ``router_s_median``;
 - ``wall_min`` and ``max_rss_gib`` of training (over all its processes when it was stopped
-  and resumed: then also ``resume_commands`` and ``wall_min_by_process``), ``eval_wall_min`` and ``eval_max_rss_gib`` of
-  the evaluation (from the ``time -v`` logs);
+  and resumed: then also ``resume_commands`` and ``wall_min_by_process``), and
+  ``eval_wall_min`` and ``eval_max_rss_gib`` of the evaluation (from the ``time -v`` logs);
 - the commands, ``machine`` and ``git_commit``, and free-text ``notes``.
 
     /usr/bin/time -v coevo train --config C --out runs/X --no-progress > runs/X.log 2>&1

@@ -16,6 +16,11 @@ def _readme_section() -> str:
     return text[start : text.index("\n## ", start + 1)]
 
 
+def _readme_prose() -> str:
+    """The README's section with its line breaks folded, for quotes that wrap."""
+    return " ".join(_readme_section().split())
+
+
 def _section() -> str:
     """The README's section and the history page it links to, as one text."""
     return _readme_section() + (ROOT / "docs" / "cpu_experiments.md").read_text()
@@ -136,6 +141,13 @@ def _check_probe_rise(run: Path, section: str) -> None:
     assert f"{first:.2f} (round 0) -> {last:.2f} (round {probes[-1]['after_rounds']})" in section
 
 
+def _macro_diff(report: dict, method: str) -> str:
+    """CERA-MoA minus ``method``, macro, with its CI, as the text quotes it."""
+    diff = report["comparisons"][method]["accuracy"]
+    lo, hi = (100 * x for x in diff["macro_diff_ci"])
+    return f"{100 * diff['macro_diff']:+.1f} pp [{lo:+.1f}, {hi:+.1f}]"
+
+
 def _check_routing(run: Path, section: str) -> None:
     """Held-out routing at the first and last probe (routing.json), as the text quotes it:
     active agents per query from all 4, and NMI(domain, top-1 agent)."""
@@ -153,9 +165,7 @@ def _check_run(run: Path, section: str, rounds: int = 37) -> tuple[dict, float]:
     assert readme_table(report).strip() in section
     results = report["results"]
     best = max((v["macro"], k) for k, v in results.items() if k.startswith("single:"))
-    diff = report["comparisons"][best[1]]["accuracy"]
-    lo, hi = (100 * x for x in diff["macro_diff_ci"])
-    assert f"{100 * diff['macro_diff']:+.1f} pp [{lo:+.1f}, {hi:+.1f}]" in section
+    assert _macro_diff(report, best[1]) in section
     _check_routing(run, section)
     return report, best[0]
 
@@ -262,9 +272,7 @@ def test_reference_run_numbers_in_the_readme_match_its_committed_files():
     section = " ".join(section.split())  # the prose, whatever its line breaks
     results = report["results"]
     for other in ("base", "random", "top:2"):
-        diff = report["comparisons"][other]["accuracy"]
-        lo, hi = (100 * x for x in diff["macro_diff_ci"])
-        assert f"{100 * diff['macro_diff']:+.1f} pp [{lo:+.1f}, {hi:+.1f}]" in section, other
+        assert _macro_diff(report, other) in section, other
     cera = results["cera"]
     assert f"CERA-MoA {100 * cera['macro']:.1f} % macro against {100 * best_macro:.1f} %" in section
     top2 = results["top:2"]["tokens_per_query"]
@@ -296,7 +304,7 @@ def test_reference_run_numbers_in_the_readme_match_its_committed_files():
 def test_readme_comparison_with_the_fifth_run_matches_both_results():
     from benchmarks.cpu_reference_routing import nmi_ci
 
-    section = " ".join(_readme_section().split())
+    section = _readme_prose()
     fifth = ROOT / "benchmarks" / "results" / "cpu_conflict_center"
     for run in (REFERENCE, fifth):
         assert json.loads((run / "report.json").read_text())["checkpoint_round"] == 37
@@ -315,7 +323,7 @@ def test_readme_comparison_with_the_fifth_run_matches_both_results():
 
 
 def test_readme_replay_prediction_matches_its_committed_results():
-    section = " ".join(_readme_section().split())
+    section = _readme_prose()
     for center in ("0.25", "0.65"):
         path = REFERENCE / "router_replay_37" / f"c{center}" / "router_replay.json"
         r = json.loads(path.read_text())
