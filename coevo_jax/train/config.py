@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from coevo_jax._config import ConfigError, check_at_least, load_yaml
+from coevo_jax._config import ConfigError, check_at_least, load_yaml, register_renames
 from coevo_jax.data.mixtures import MIXTURES
 from coevo_jax.lora import LoRAConfig
 from coevo_jax.rl import RLConfig
@@ -317,3 +317,19 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not path.is_file():
             raise ConfigError(f"default config {path} is missing from this install")
     return load_yaml(TrainConfig, path, overrides)
+
+
+# TRL's GRPOConfig names (TRL 1.16) that are ours under another name or in a section: a run
+# that passes one is told the key to use instead. TRL's `max_completion_length` is the
+# generation budget; ours (`rl.max_completion_length`) is Dr. GRPO's loss denominator.
+TRL_NAMES = {
+    "num_generations": "rollout.group_size",
+    "max_completion_length": "rollout.max_new_tokens",
+    "epsilon": "rl.eps_low",
+    "epsilon_high": "rl.eps_high",
+    "importance_sampling_level": "rl.level",
+    "gradient_checkpointing": "rl.remat",
+    "scale_rewards": "rl.adv_scale",
+    "gradient_accumulation_steps": "rl.micro_batches",
+}
+register_renames(TrainConfig, "TRL", TRL_NAMES)
