@@ -9,14 +9,23 @@ A user's mistake gets one line, not a traceback: an exception the project marks 
 model path) and a ``SystemExit`` carrying a message both print ``coevo <command>: <message>`` on
 stderr and exit 2. Anything else is a bug and keeps its traceback; so does a user error when
 ``COEVO_TRACEBACK=1`` is set.
+
+``coevo --help`` and ``coevo <command> --help`` must print in well under a second, so building
+the parser imports no JAX, Flax, SciPy or training loop: each subcommand module imports those
+inside its command function, and is itself loaded without its parent packages' ``__init__``
+(:func:`import_cli_module`), because several packages (``coevo_jax.models``,
+``coevo_jax.eval``, ``rollout_bridge``) re-export JAX code from theirs.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import sys
+from pathlib import Path
+from types import ModuleType
 
 from coevo_jax._errors import user_message
 
@@ -25,7 +34,7 @@ SUBCOMMAND_MODULES = (
     "coevo_jax.models.cli",  # generate
     "coevo_jax.lora.cli",  # merge
     "coevo_jax.data.cli",  # data build / data show
-    "coevo_jax.train.cli",  # train
+    "coevo_jax.train.cli",  # train, configs
     "coevo_jax.eval.cli",  # eval
     "rollout_bridge.cli",  # serve
     "coevo_jax.orchestrators.evochamber.cli",  # evochamber
@@ -33,14 +42,58 @@ SUBCOMMAND_MODULES = (
 )
 
 
+def import_cli_module(name: str) -> ModuleType:
+    """Imports subcommand module ``name`` (``coevo_jax.models.cli``) without running the
+    ``__init__`` of the packages above it, unless they are imported already.
+
+    The module is registered under its own name, so a later ``import`` of it (by a test, or
+    once its package is imported by the command it runs) finds this same module.
+
+    Raises:
+      ModuleNotFoundError: ``name`` is not part of this build.
+    """
+    if name in sys.modules:
+        return sys.modules[name]
+    package, _, leaf = name.rpartition(".")
+    if package in sys.modules:
+        return importlib.import_module(name)
+    top, *middle = package.split(".")
+    spec = importlib.util.find_spec(top)  # a top-level spec imports nothing
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    path = Path(locations[0], *middle, f"{leaf}.py") if locations else None
+    if path is None or not path.is_file():
+        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("coevo-jax")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="coevo", description="Co-evolving LLM agents (CERA-MoA, EvoChamber, FlyRoute) in JAX."
     )
+    parser.add_argument(
+        "--version", action="version", version=f"coevo {_version()}", help="print the version"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMAND_MODULES:
         try:
-            module = importlib.import_module(name)
+            module = import_cli_module(name)
         except ModuleNotFoundError as e:
             if e.name and (name == e.name or name.startswith(e.name + ".")):  # not in this build
                 continue

@@ -3,6 +3,9 @@
 The command owns its servers: Ctrl-C, SIGTERM and SIGHUP all stop every server it started
 (each runs in its own process group, so a signal to ``coevo serve`` alone would otherwise
 leave them holding their ports).
+
+The launcher and the vLLM venv are imported when the command runs: ``rollout_bridge``'s
+modules load JAX, which ``coevo --help`` must not.
 """
 
 from __future__ import annotations
@@ -14,13 +17,25 @@ import time
 from pathlib import Path
 
 from coevo_jax._errors import UserError
-from rollout_bridge.launcher import VLLM_DTYPES, launch_vllm, local_command, start_server
-from rollout_bridge.vllm_env import setup_venv
+
+
+def _vllm_dtype(text: str) -> str:
+    from rollout_bridge.launcher import VLLM_DTYPES
+
+    if text not in VLLM_DTYPES:
+        raise argparse.ArgumentTypeError(f"choose from {', '.join(VLLM_DTYPES)}, not {text!r}")
+    return text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="start a rollout server (vllm or the local JAX server)")
-    p.add_argument("--engine", choices=("vllm", "local"), default="local")
+    p.add_argument(
+        "--engine",
+        choices=("vllm", "local"),
+        default="local",
+        help="vllm (a vLLM server with runtime LoRA, in its own venv) or local (the JAX "
+        "server in this install; default)",
+    )
     p.add_argument(
         "--model",
         action="append",
@@ -29,12 +44,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--random-config", help="local engine: serve a random model of this config.json")
     p.add_argument("--agents", type=int, default=4, help="agents served (LoRA slots)")
-    p.add_argument("--max-lora-rank", type=int, default=16)
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument(
+        "--max-lora-rank", type=int, default=16, help="largest adapter rank served (default 16)"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument(
         "--port", type=int, default=8000, help="first port; server k listens on port + k"
     )
-    p.add_argument("--served-model-name")
+    p.add_argument(
+        "--served-model-name",
+        help="the name the base model answers to (default: SmolLM2-135M-Instruct for vllm, "
+        "the --model argument for local)",
+    )
     p.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for /health")
     p.add_argument(
         "--vllm-python",
@@ -43,9 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--dtype",
-        choices=VLLM_DTYPES,
-        help="vllm engine: the server's dtype (default: bfloat16 where this machine multiplies "
-        "bf16 natively, else float32)",
+        type=_vllm_dtype,
+        help="vllm engine: the server's dtype, bfloat16, float16 or float32 (default: bfloat16 "
+        "where this machine multiplies bf16 natively, else float32)",
     )
     p.add_argument(
         "--setup", action="store_true", help="vllm engine: create the project's vLLM venv first"
@@ -55,6 +76,40 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 class ServeArgumentError(UserError, ValueError):
     """Options of ``coevo serve`` that do not go together."""
+
+
+class VLLMMissingError(UserError, RuntimeError):
+    """A vLLM engine was asked for, and there is no interpreter that imports vLLM."""
+
+
+def require_vllm(python: str | None, *, option: str, how: str) -> None:
+    """Checks, before any data is built or model loaded, that a vLLM server can start.
+
+    Args:
+      python: the interpreter the user named (``option``), or None for the project's venv.
+      option: how the command names that interpreter (``--vllm-python``,
+        ``rollout.vllm_python``), for the message.
+      how: how to name one in this command (``pass --vllm-python PATH``); a command without
+        ``--vllm-python`` must not suggest it.
+
+    Raises:
+      VLLMMissingError: no venv, or ``python`` is missing or cannot import vllm.
+    """
+    from rollout_bridge.vllm_env import VLLMEnvError, default_venv, find_vllm_python, is_ready
+
+    if python is None:
+        venv = default_venv()
+        if not is_ready(venv):
+            raise VLLMMissingError(
+                f"no vLLM venv at {venv}: create it with `python -m rollout_bridge.vllm_env`, "
+                f"or {how} (an interpreter that imports vllm)"
+            )
+        return
+    try:
+        find_vllm_python(python)
+    except VLLMEnvError as e:
+        reason = str(e).rpartition(": ")[2]  # the message names the option as serve spells it
+        raise VLLMMissingError(f"{option} {python}: {reason}") from e
 
 
 class _Stop(Exception):
@@ -76,6 +131,8 @@ def _stop_on_signals():
 
 
 def _start(args: argparse.Namespace, model: str | None, port: int):
+    from rollout_bridge.launcher import launch_vllm, local_command, start_server
+
     if args.engine == "vllm":
         return launch_vllm(
             model or "default",
@@ -122,7 +179,15 @@ def _alive(server) -> bool:
 def main(args: argparse.Namespace) -> int:
     check_args(args)
     if args.engine == "vllm" and args.setup and not args.vllm_python:
+        from rollout_bridge.vllm_env import setup_venv
+
         setup_venv()
+    if args.engine == "vllm":
+        require_vllm(
+            args.vllm_python,
+            option="--vllm-python",
+            how="`coevo serve --engine vllm --setup`, or pass --vllm-python PATH",
+        )
     servers = []
     with _stop_on_signals():
         try:

@@ -1,5 +1,6 @@
 """``coevo``: a user's mistake prints one line, ``coevo <command>: <message>``, and exits 2; a
-bug keeps its traceback. One case per subcommand listed by ``coevo --help``."""
+bug keeps its traceback. At least one case per subcommand listed by ``coevo --help``, and
+every bad input of issue 49 (typed config values, TRL's names, a damaged run, a missing vLLM)."""
 
 import subprocess
 import sys
@@ -14,8 +15,77 @@ from coevo_jax.data.mixtures import MIXTURES
 CASES = {
     "train unknown key": (
         ["train", "rl.learning_rat=1"],
+        "coevo train: command-line override (rl.learning_rat=1): ",
+        "unknown config key(s) rl.learning_rat (did you mean rl.learning_rate?) for RLConfig",
+    ),
+    "train key in another section": (
+        ["train", "learning_rate=1e-5"],
         "coevo train: ",
-        "unknown config key(s) rl.learning_rat for RLConfig; known keys: adam_b1,",
+        "unknown config key(s) learning_rate (did you mean rl.learning_rate?) for TrainConfig",
+    ),
+    "train not an integer": (
+        ["train", "loop.rounds=abc"],
+        "coevo train: command-line override (loop.rounds=abc): "
+        "loop.rounds: expected an integer, got 'abc'",
+        None,
+    ),
+    "train a fractional count": (
+        ["train", "loop.rounds=2.5"],
+        "coevo train: command-line override (loop.rounds=2.5): "
+        "loop.rounds: expected an integer, got 2.5",
+        None,
+    ),
+    "train a text seed": (
+        ["train", "loop.seed=abc"],
+        "coevo train: command-line override (loop.seed=abc): loop.seed: expected an integer",
+        None,
+    ),
+    "train remat neither bool nor policy": (
+        ["train", "rl.remat=maybe"],
+        "coevo train: command-line override (rl.remat=maybe): rl",
+        "'maybe'",
+    ),
+    "train bool for a number": (
+        ["train", "rollout.temperature=true"],
+        "coevo train: command-line override (rollout.temperature=true): "
+        "rollout.temperature: expected a number, got true",
+        None,
+    ),
+    "train TRL num_generations": (
+        ["train", "num_generations=4"],
+        "coevo train: ",
+        "num_generations (TRL's name; use rollout.group_size)",
+    ),
+    "train TRL max_completion_length in rollout": (
+        ["train", "rollout.max_completion_length=64"],
+        "coevo train: ",
+        "rollout.max_completion_length (TRL's name; use rollout.max_new_tokens)",
+    ),
+    "train TRL epsilon_high": (
+        ["train", "rl.epsilon_high=0.28"],
+        "coevo train: ",
+        "rl.epsilon_high (TRL's name; use rl.eps_high)",
+    ),
+    "train unknown config name": (
+        ["train", "--config", "cpu_refrence"],
+        "coevo train: no config file or bundled config named 'cpu_refrence'; "
+        "did you mean cpu_reference?",
+        None,
+    ),
+    "train resume damaged config": (
+        ["train", "--resume", "{tmp}/damaged"],
+        "coevo train: {tmp}/damaged/config.json: not valid JSON",
+        "the run's saved config is damaged",
+    ),
+    "train vllm without its venv": (
+        ["train", "rollout.engine=vllm", "--out", "{tmp}/runs/vllm"],
+        "coevo train: no vLLM venv at {tmp}/no-vllm-venv: ",
+        "or set rollout.vllm_python=PATH",
+    ),
+    "configs unknown name": (
+        ["configs", "nosuch"],
+        "coevo configs: no config file or bundled config named 'nosuch'",
+        "bundled: cpu_conflict,",
     ),
     "train missing config": (
         ["train", "--config", "/nonexistent.yaml"],
@@ -36,6 +106,16 @@ CASES = {
         ["eval", "--run", "/nonexistent", "--suite", "nosuch"],
         "coevo eval: unknown suite 'nosuch': use cpu, id, ood or the path of a JSONL file",
         None,
+    ),
+    "eval damaged run config": (
+        ["eval", "--run", "{tmp}/damaged"],
+        "coevo eval: {tmp}/damaged/config.json: not valid JSON",
+        None,
+    ),
+    "eval vllm without its venv": (
+        ["eval", "--run", "{tmp}/vllm_run"],
+        "coevo eval: no vLLM venv at {tmp}/no-vllm-venv: ",
+        "or pass --vllm-python PATH",
     ),
     "eval compare without report": (
         ["eval", "--compare", "/nonexistent"],
@@ -103,6 +183,11 @@ CASES = {
         "coevo serve: {tmp}/config.json: missing field 'hidden_size'",
         None,
     ),
+    "serve vllm without its venv": (
+        ["serve", "--engine", "vllm"],
+        "coevo serve: no vLLM venv at {tmp}/no-vllm-venv: ",
+        "or pass --vllm-python PATH",
+    ),
     "serve random config with vllm": (
         ["serve", "--engine", "vllm", "--random-config", "{tmp}/config.json"],
         "coevo serve: --random-config is for --engine local",
@@ -128,13 +213,30 @@ CASES = {
     ),
     "evochamber unknown key": (
         ["evochamber", "--stream", "hard_math", "--out", "{tmp}/e", "--set", "nosuch=1"],
-        "coevo evochamber: unknown config key(s) nosuch for EvoChamberConfig; known keys: alpha,",
+        "coevo evochamber: command-line override (nosuch=1): "
+        "unknown config key(s) nosuch for EvoChamberConfig; known keys: alpha,",
+        None,
+    ),
+    "evochamber positional bad value": (
+        ["evochamber", "--stream", "hard_math", "--out", "{tmp}/e", "alpha=abc"],
+        "coevo evochamber: command-line override (alpha=abc): alpha: expected a number, got 'abc'",
         None,
     ),
     "flyroute unknown key": (
         ["flyroute", "replay", "--out", "{tmp}/f", "--set", "nosuch=1"],
-        "coevo flyroute: unknown config key(s) nosuch for FlyRouteConfig; known keys:",
+        "coevo flyroute: command-line override (nosuch=1): "
+        "unknown config key(s) nosuch for FlyRouteConfig; known keys:",
         None,
+    ),
+    "flyroute positional typo": (
+        ["flyroute", "replay", "--out", "{tmp}/f", "thetta=0.5"],
+        "coevo flyroute: command-line override (thetta=0.5): ",
+        "unknown config key(s) thetta (did you mean theta?) for FlyRouteConfig",
+    ),
+    "flyroute bundled name of another config": (
+        ["flyroute", "replay", "--out", "{tmp}/f", "--config", "cpu_default"],
+        "coevo flyroute: ",
+        "unknown config key(s)",
     ),
     "flyroute missing results": (
         ["flyroute", "report", "/nonexistent.json"],
@@ -147,12 +249,17 @@ CASES = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_user_error_is_one_line_and_exit_2(name, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # `coevo train` without --out creates runs/<name>-<stamp> here
+    monkeypatch.setenv("COEVO_VLLM_VENV", str(tmp_path / "no-vllm-venv"))
     argv, prefix, contains = CASES[name]
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     prefix = prefix.replace("{tmp}", str(tmp_path))
     (tmp_path / "bad.jsonl").write_text('{"id": "x"}\n')  # a record with no source
     (tmp_path / "fake.gguf").write_text("hello")  # not a GGUF
     (tmp_path / "config.json").write_text('{"model_type": "llama"}')  # no sizes
+    (tmp_path / "damaged").mkdir()
+    (tmp_path / "damaged" / "config.json").write_text('{"loop": ')  # a run cut off mid-write
+    (tmp_path / "vllm_run").mkdir()
+    (tmp_path / "vllm_run" / "config.json").write_text('{"rollout": {"engine": "vllm"}}')
     assert cli.main(argv) == 2
     out, err = capsys.readouterr()
     assert out == "", out  # the message goes to stderr alone: no traceback, no run directory

@@ -68,6 +68,40 @@ def latest_report(run_dir: str | Path) -> dict:
     return json.loads(reports[-1].read_text())
 
 
+def _saved_rollout(run_dir: str) -> dict:
+    """The ``rollout`` section of ``run_dir``'s saved config; ``{}`` when there is no config
+    (the runner then says it is not a run directory).
+
+    Raises:
+      ConfigError: ``config.json`` is not JSON.
+    """
+    saved = Path(run_dir, "config.json")
+    if not saved.is_file():
+        return {}
+    try:
+        data = json.loads(saved.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        from coevo_jax._config import ConfigError
+
+        raise ConfigError(
+            f"{saved}: not valid JSON ({e}); the run's saved config is damaged"
+        ) from e
+    rollout = data.get("rollout") if isinstance(data, dict) else None
+    return rollout if isinstance(rollout, dict) else {}
+
+
+def _check_engine(args: argparse.Namespace) -> None:
+    """Fails before a model loads when the engine is vllm and no vLLM interpreter exists."""
+    saved = _saved_rollout(args.run)
+    if (args.engine or saved.get("engine")) != "vllm":
+        return
+    from rollout_bridge.cli import require_vllm
+
+    python = args.vllm_python or saved.get("vllm_python")
+    option = "--vllm-python" if args.vllm_python or not python else "the run's rollout.vllm_python"
+    require_vllm(python, option=option, how="pass --vllm-python PATH")
+
+
 def main(args: argparse.Namespace) -> int:
     if args.compare:
         from coevo_jax.eval.report import compare_table
@@ -77,6 +111,7 @@ def main(args: argparse.Namespace) -> int:
         return 0
     if not args.run:
         raise SystemExit("coevo eval: give --run RUN_DIR or --compare RUN_A RUN_B ...")
+    _check_engine(args)
     from coevo_jax.eval.report import markdown_table
     from coevo_jax.eval.runner import evaluate_run
 

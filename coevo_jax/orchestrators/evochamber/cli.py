@@ -1,8 +1,11 @@
 """``coevo evochamber``: run EvoChamber over a task stream and write its report.
 
     coevo evochamber --stream aflow --data data/offline --engine inprocess --model PATH \\
-        --tasks 20 --out runs/evo [--baselines] [--config cfg.yaml] [--set alpha=0.2 ...]
+        --tasks 20 --out runs/evo [--baselines] [--config cfg.yaml] [alpha=0.2 ...]
         [--no-selector] [--shuffle SEED]
+
+Overrides of EvoChamberConfig are positional ``key=value``, as for ``coevo train``;
+``--set key=value`` is the same.
 
 The LLM is ``rollout_bridge.text.EngineTextLLM`` over the in-process JAX engine (``--model``,
 default: the project's default model) or ``rollout_bridge.http_engine.HTTPEngine`` (``--url``,
@@ -25,14 +28,24 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "evochamber", help="test-time co-evolution of an agent pool over a task stream"
     )
-    p.add_argument("--stream", required=True, choices=("hard_math", "hard_code", "aflow"))
+    p.add_argument(
+        "--stream",
+        required=True,
+        choices=("hard_math", "hard_code", "aflow"),
+        help="the task stream (streams.py): hard math, hard code, or the AFlow mixture",
+    )
     p.add_argument(
         "--data",
         default=None,
         help="directory of source JSONL files (aime, codecontests, hotpotqa, drop, or overrides); "
         "sources without a file come from the offline builders (see streams.py)",
     )
-    p.add_argument("--engine", default="inprocess", choices=("inprocess", "http"))
+    p.add_argument(
+        "--engine",
+        default="inprocess",
+        choices=("inprocess", "http"),
+        help="inprocess (the JAX engine in this process; default) or http (a running server)",
+    )
     p.add_argument("--url", default=None, help="server URL for --engine http")
     p.add_argument(
         "--model", default=None, help="model path (weights + tokenizer); default: SmolLM2-135M"
@@ -48,9 +61,30 @@ def register(subparsers) -> None:
     p.add_argument(
         "--out", required=True, help="output directory (events, transcript, report, PNGs)"
     )
-    p.add_argument("--config", default=None, help="EvoChamberConfig YAML")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--embedder", default="auto", choices=("auto", "minilm", "hash"))
+    p.add_argument(
+        "--config", default=None, help="EvoChamberConfig YAML: a path or a bundled config's name"
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config override (repeatable); the same as a positional key=value",
+    )
+    p.add_argument(
+        "key_values",
+        nargs="*",
+        metavar="key=value",
+        help="EvoChamberConfig overrides, e.g. alpha=0.2",
+    )
+    p.add_argument(
+        "--embedder",
+        default="auto",
+        choices=("auto", "minilm", "hash"),
+        help="task embedder: minilm (a sentence encoder), hash (no model), or auto (minilm "
+        "when its package is installed, else hash; default)",
+    )
     p.add_argument("--baselines", action="store_true", help="also run single-agent and SC@5")
     p.add_argument("--seed", type=int, default=None, help="overrides the config's seed")
     p.add_argument(
@@ -66,7 +100,7 @@ def register(subparsers) -> None:
         metavar="SEED",
         help="robustness: run the same tasks in a random order drawn with SEED",
     )
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
 
 
@@ -113,7 +147,7 @@ def make_llm(
 
 
 def main(args: argparse.Namespace) -> int:
-    from coevo_jax._config import apply_overrides, from_dict, load_yaml, to_dict
+    from coevo_jax._config import load_data, load_yaml
     from coevo_jax.orchestrators.evochamber import baselines as bl
     from coevo_jax.orchestrators.evochamber.config import EvoChamberConfig
     from coevo_jax.orchestrators.evochamber.embed import make_embedder
@@ -121,13 +155,14 @@ def main(args: argparse.Namespace) -> int:
     from coevo_jax.orchestrators.evochamber.report import write_report
     from coevo_jax.orchestrators.evochamber.streams import build_stream, shuffle_stream
 
-    overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
+    overrides = [*args.key_values, *args.overrides]
+    overrides += [f"seed={args.seed}"] if args.seed is not None else []
     if args.no_selector:
         overrides.append("team_selector=random")
     if args.config:
         cfg = load_yaml(EvoChamberConfig, args.config, overrides)
     else:
-        cfg = from_dict(EvoChamberConfig, apply_overrides(to_dict(EvoChamberConfig()), overrides))
+        cfg = load_data(EvoChamberConfig, {}, "EvoChamberConfig defaults", overrides)
     records = build_stream(args.stream, args.data, limit=args.tasks, seed=cfg.seed)
     if args.shuffle is not None:
         records = shuffle_stream(records, args.shuffle)

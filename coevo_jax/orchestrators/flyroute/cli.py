@@ -25,9 +25,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from coevo_jax._config import ConfigError, apply_overrides, from_dict, load_yaml
-from coevo_jax.orchestrators.flyroute.config import FlyRouteConfig
-
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
@@ -45,13 +42,19 @@ def register(subparsers: Any) -> None:
             "given; default gsm8k,mbpp,ifeval,arc_challenge",
         )
         sp.add_argument("--out", required=True, help="output directory")
-        sp.add_argument("--config", help="FlyRouteConfig YAML")
+        sp.add_argument("--config", help="FlyRouteConfig YAML: a path or a bundled config's name")
         sp.add_argument(
             "--set",
             action="append",
             default=[],
             metavar="KEY=VALUE",
-            help="config override (repeatable)",
+            help="config override (repeatable); the same as a positional key=value",
+        )
+        sp.add_argument(
+            "key_values",
+            nargs="*",
+            metavar="key=value",
+            help="FlyRouteConfig overrides, e.g. theta=0.6",
         )
         sp.add_argument(
             "--llm",
@@ -95,7 +98,10 @@ def register(subparsers: Any) -> None:
         "--no-baselines", action="store_true", help="skip the seed-description router baseline"
     )
     r.add_argument(
-        "--overwrite", action="store_true", help="reuse an output directory holding results"
+        "--overwrite",
+        action="store_true",
+        help="replace the results, profiles and report of an output directory that holds a "
+        "results.json (without it, such a directory is refused)",
     )
     r.set_defaults(func=_cmd_replay)
 
@@ -111,11 +117,17 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
-def _config(args: argparse.Namespace) -> FlyRouteConfig:
+def _config(args: argparse.Namespace) -> Any:
+    """The FlyRouteConfig of ``--config`` (a path or a bundled name) with the positional
+    ``key=value`` overrides and those of ``--set``."""
+    from coevo_jax._config import ConfigError, load_data, load_yaml
+    from coevo_jax.orchestrators.flyroute.config import FlyRouteConfig
+
+    overrides = [*args.key_values, *args.set]
     try:
         if args.config:
-            return load_yaml(FlyRouteConfig, args.config, args.set)
-        return from_dict(FlyRouteConfig, apply_overrides({}, args.set))
+            return load_yaml(FlyRouteConfig, args.config, overrides)
+        return load_data(FlyRouteConfig, {}, "FlyRouteConfig defaults", overrides)
     except ConfigError as e:
         raise SystemExit(f"coevo flyroute: {e}") from e
 
