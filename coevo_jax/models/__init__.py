@@ -1,7 +1,8 @@
 """Decoders (Llama, Qwen3, Phi-3 families), weight loading, tokenizer and sampler.
 
 ``forward`` is the pure forward pass over a params pytree; ``Decoder`` the NNX module around
-it; ``load`` reads an HF directory or a GGUF file into ``(Decoder, Tokenizer | None)``;
+it; ``load`` reads an HF directory, a GGUF file or a Hub id (``resolve_model``) into
+``(Decoder, Tokenizer | None)``;
 ``save_hf`` writes params back as an HF directory; ``sharded_forward`` runs ``forward`` on a
 mesh.
 """
@@ -26,6 +27,7 @@ from coevo_jax.models.sharded import sharded_forward
 __all__ = [
     "Decoder",
     "DecoderOutput",
+    "HubModelError",
     "KVCache",
     "ModelConfig",
     "ModelConfigError",
@@ -38,6 +40,7 @@ __all__ = [
     "jit_forward",
     "load",
     "param_shapes",
+    "resolve_model",
     "save_hf",
     "hf_config_dict",
     "sharded_forward",
@@ -47,6 +50,8 @@ __all__ = [
 _LAZY = {
     "load": ("coevo_jax.models.loading", "load"),
     "ModelLoadError": ("coevo_jax.models.hf_loader", "ModelLoadError"),
+    "HubModelError": ("coevo_jax.models.hub", "HubModelError"),
+    "resolve_model": ("coevo_jax.models.hub", "resolve_model"),
     "default_model_path": ("coevo_jax.models.default", "default_model_path"),
     "save_hf": ("coevo_jax.models.hf_export", "save_hf"),
     "export_merged": ("coevo_jax.models.hf_export", "export_merged"),

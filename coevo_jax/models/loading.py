@@ -1,4 +1,5 @@
-"""``load``: the one entry point from a path on disk to ``(Decoder, Tokenizer | None)``."""
+"""``load``: the one entry point from a model reference (a path on disk, ``default`` or a
+Hugging Face Hub id) to ``(Decoder, Tokenizer | None)``."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import numpy as np
 from coevo_jax.models.config import ModelConfig
 from coevo_jax.models.decoder import Decoder
 from coevo_jax.models.hf_loader import ModelLoadError, load_hf_params, read_config
+from coevo_jax.models.hub import resolve_model
 from coevo_jax.parallel.rules import shard_params
 
 
@@ -35,10 +37,15 @@ def load(
 
     Args:
       path: an HF model directory (``config.json`` + ``model.safetensors`` or a sharded
-        ``model.safetensors.index.json``; tokenizer files optional) or a ``.gguf`` file.
+        ``model.safetensors.index.json``; tokenizer files optional), a ``.gguf`` file,
+        ``"default"`` (the embedded SmolLM2 GGUF) or a Hugging Face Hub id ``org/name``
+        (fetched into the Hub cache, or found there when ``HF_HUB_OFFLINE`` is set; see
+        ``coevo_jax.models.hub``). An existing local path wins over a Hub id.
       dtype: parameter dtype (float32 or bfloat16).
       mesh: when given, every parameter is placed with its partition-rule sharding on it
-        (``coevo_jax.parallel``); otherwise on the default device.
+        (``coevo_jax.parallel``) as it is read, each device receiving only its shard;
+        otherwise on the default device. HF safetensors are read one file at a time (see
+        ``coevo_jax.models.hf_loader`` for the memory bounds).
       progress: a progress bar while tensors load (terminals only).
 
     Returns:
@@ -47,13 +54,12 @@ def load(
       directory has no tokenizer files.
 
     Raises:
-      FileNotFoundError: ``path`` does not exist.
+      FileNotFoundError: ``path`` does not exist and is not shaped like a Hub id.
+      HubModelError: a Hub id that is not cached while offline, or cannot be fetched.
       ModelLoadError: unreadable/truncated files, missing tensors, shape mismatches.
       UnsupportedModelError: an architecture outside Llama / Qwen3 / Phi-3.
     """
-    p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"model path not found: {p}")
+    p = resolve_model(path)
     if p.is_dir():
         cfg = read_config(p)
         cfg, params = load_hf_params(p, cfg, dtype=dtype, mesh=mesh, progress=progress)

@@ -39,7 +39,10 @@ class ModelSpec:
 
     Attributes:
       path: ``"default"`` (the embedded SmolLM2-135M-Instruct GGUF), an HF model directory, a
-        ``.gguf`` file, or ``"random:<family>"`` for a tiny random model (tests).
+        ``.gguf`` file, a Hugging Face Hub id ``org/name`` (e.g. ``Qwen/Qwen3-4B``; fetched
+        into the Hub cache, or read from it under ``HF_HUB_OFFLINE``, by
+        ``coevo_jax.models.hub``), or ``"random:<family>"`` for a tiny random model (tests).
+        Not checked here: a Hub id is no local path, and ``models.load`` names what is wrong.
       name: the name recorded in exported adapters (``base_model_name_or_path``) and served
         by the rollout server.
       dtype: storage dtype of the frozen weights (``float32`` or ``bfloat16``).
