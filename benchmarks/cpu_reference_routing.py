@@ -24,20 +24,12 @@ import jax.numpy as jnp
 import numpy as np
 
 
-def features_of(trainer, records, chunk: int = 32) -> np.ndarray:
+def features_of(system, records, chunk: int = 32) -> np.ndarray:
     """``[Q, D]`` raw router features of ``records``, as training computes them."""
-    from coevo_jax.data.templates import render_chat
-
-    cfg, bb = trainer.cfg, trainer.router_backbone
     return np.concatenate(
         [
             np.asarray(
-                trainer.query_features(
-                    [
-                        render_chat(r, bb.tokenizer, cfg.data.max_input_tokens)
-                        for r in records[s : s + chunk]
-                    ]
-                )
+                system.query_features([system.router_prompt(r) for r in records[s : s + chunk]])
             )
             for s in range(0, len(records), chunk)
         ]
@@ -105,13 +97,13 @@ def nmi_ci(top1_by_domain: dict[str, list[int]]) -> list[float]:
     return list(query_bootstrap_ci(routing_nmi, domains, top1))
 
 
-def stats(trainer, records, h: np.ndarray) -> dict:
+def stats(system, records, h: np.ndarray) -> dict:
     from coevo_jax.eval.stats import bootstrap_ci
     from coevo_jax.router import route
     from coevo_jax.train import probe
 
-    cfg = trainer.cfg
-    f = np.asarray(route(trainer.router, jnp.asarray(h), train=False).f)
+    cfg = system.cfg
+    f = np.asarray(route(system.router, jnp.asarray(h), train=False).f)
     active = probe.eval_activation(
         f, tau=cfg.eval_tau, routing=cfg.router.routing, top_k=cfg.router.top_k
     )
@@ -140,19 +132,24 @@ def main(argv: list[str] | None = None) -> dict:
 
     from coevo_jax import data
     from coevo_jax._config import from_dict
+    from coevo_jax.train.checkpoint import latest_checkpoint
     from coevo_jax.train.config import TrainConfig
-    from coevo_jax.train.loop import Trainer
+    from coevo_jax.train.system import System
 
     run = Path(a.run)
     cfg = from_dict(TrainConfig, json.loads((run / "config.json").read_text()))
     records = data.read_records(run / "data" / f"{a.split}.jsonl")
-    tr = Trainer(cfg, run, records=records, progress=False, read_only=True)
+    system = System(cfg, engine_dir=run, warn_dtype=False)
     try:
-        h = features_of(tr, records)
-        result = {"run": str(run), "split": a.split, "start": stats(tr, records, h)}
-        if not tr.restore():
+        # the router as the run initialised it: whitened over its training queries
+        system.whiten(system.feature_sample(data.read_records(run / "data" / "train.jsonl")))
+        h = features_of(system, records)
+        result = {"run": str(run), "split": a.split, "start": stats(system, records, h)}
+        ckpt = latest_checkpoint(run / "checkpoints")
+        if ckpt is None:
             raise SystemExit(f"{run}: no checkpoint")
-        result["end"] = stats(tr, records, h)
+        host = system.restore(ckpt)
+        result["end"] = stats(system, records, h)
         from coevo_jax.train.probe import domain_of
 
         domains = [domain_of(r) for r in records]
@@ -161,11 +158,11 @@ def main(argv: list[str] | None = None) -> dict:
             fit = data.read_records(run / "data" / "train.jsonl")
             fit = [fit[i] for i in np.random.default_rng(0).permutation(len(fit))[: a.probe_fit]]
             result["feature_geometry"]["linear_probe"] = linear_probe(
-                features_of(tr, fit), [domain_of(r) for r in fit], h, domains
+                features_of(system, fit), [domain_of(r) for r in fit], h, domains
             )
-        result["end"]["checkpoint_round"] = tr.round
+        result["end"]["checkpoint_round"] = int(host["round"])
     finally:
-        tr.close()
+        system.close()
     for k in ("start", "end"):
         r = result[k]
         print(

@@ -26,7 +26,7 @@ from coevo_jax.rewards.math import last_boxed
 from coevo_jax.rewards.math import normalize as math_normalize
 from coevo_jax.rewards.reasoning import normalize as reasoning_normalize
 from coevo_jax.router import features, pad_queries
-from coevo_jax.train.loop import Trainer
+from coevo_jax.train.system import System
 from rollout_bridge.engine import GenerationRequest
 
 
@@ -70,7 +70,7 @@ def extract_answer(record: Any, completion: str) -> str | None:
 
 
 def collect(
-    trainer: Trainer,
+    system: System,
     records: Sequence[Any],
     *,
     max_new_tokens: int = 256,
@@ -84,7 +84,7 @@ def collect(
     """Routes, generates and scores ``records`` with a trained run's router and agents.
 
     Args:
-      trainer: a ``coevo_jax.train.loop.Trainer`` whose state was restored (or trained).
+      system: a ``coevo_jax.train.system.System`` restored from a checkpoint (or a trainer's).
       records: evaluation records.
       max_new_tokens, temperature: generation settings (greedy by default).
       score_fn: ``(records, completions) -> scores`` (default: the verifiers).
@@ -94,14 +94,14 @@ def collect(
         requests); the progress bar advances per chunk.
       progress: show a tqdm bar over the generation.
     """
-    cfg = trainer.cfg
-    bb = trainer.router_backbone
+    cfg = system.cfg
+    bb = system.router_backbone
     prompts = [render_chat(r, bb.tokenizer, cfg.data.max_input_tokens) for r in records]
-    route_f = _familiarity_fn(trainer)
-    f = _route(route_f, prompts, trainer)
-    router_ms = _router_latency_ms(route_f, prompts[: max(1, latency_queries)], trainer)
+    route_f = _familiarity_fn(system)
+    f = _route(route_f, prompts, system)
+    router_ms = _router_latency_ms(route_f, prompts[: max(1, latency_queries)], system)
     gen = _generate(
-        trainer,
+        system,
         records,
         prompts,
         max_new_tokens=max_new_tokens,
@@ -143,11 +143,11 @@ class Generations:
     base_tokens: np.ndarray
 
 
-def _familiarity_fn(trainer: Trainer) -> Callable[[jax.Array, jax.Array], jax.Array]:
+def _familiarity_fn(system: System) -> Callable[[jax.Array, jax.Array], jax.Array]:
     """``(ids, mask) -> f [B, N]``: router features and heads at inference (no exploration)."""
-    cfg = trainer.cfg
-    bb = trainer.router_backbone
-    router_state = trainer.router
+    cfg = system.cfg
+    bb = system.router_backbone
+    router_state = system.router
 
     def route_f(ids, mask):
         h = features(
@@ -165,10 +165,10 @@ def _familiarity_fn(trainer: Trainer) -> Callable[[jax.Array, jax.Array], jax.Ar
     return route_f
 
 
-def _route(route_f: Callable, prompts: Sequence[Sequence[int]], trainer: Trainer) -> np.ndarray:
+def _route(route_f: Callable, prompts: Sequence[Sequence[int]], system: System) -> np.ndarray:
     """``[Q, N]`` familiarity of every prompt, 32 prompts per call."""
-    cfg = trainer.cfg
-    pad_id = trainer.router_backbone.tokenizer.pad_token_id
+    cfg = system.cfg
+    pad_id = system.router_backbone.tokenizer.pad_token_id
     f_rows = []
     for start in range(0, len(prompts), 32):
         ids, mask = pad_queries(
@@ -179,11 +179,11 @@ def _route(route_f: Callable, prompts: Sequence[Sequence[int]], trainer: Trainer
 
 
 def _router_latency_ms(
-    route_f: Callable, prompts: Sequence[Sequence[int]], trainer: Trainer
+    route_f: Callable, prompts: Sequence[Sequence[int]], system: System
 ) -> float:
     """Median router latency at batch 1 over ``prompts``, in ms (compiled before timing)."""
-    cfg = trainer.cfg
-    pad_id = trainer.router_backbone.tokenizer.pad_token_id
+    cfg = system.cfg
+    pad_id = system.router_backbone.tokenizer.pad_token_id
     times = []
     for p in prompts:
         ids, mask = pad_queries([p], max_len=cfg.router.max_prompt_tokens, pad_id=pad_id)
@@ -196,7 +196,7 @@ def _router_latency_ms(
 
 
 def _requests(
-    trainer: Trainer,
+    system: System,
     group: Any,
     records: Sequence[Any],
     prompts: Sequence[Sequence[int]],
@@ -208,8 +208,8 @@ def _requests(
 ) -> list[GenerationRequest]:
     """One request per (query in ``qs``, agent of ``group``), plus the base model's when
     ``group`` is the first; ``query_id`` is ``"q:agent"`` or ``"q:base"``."""
-    bb = trainer.router_backbone
-    max_input = trainer.cfg.data.max_input_tokens
+    bb = system.router_backbone
+    max_input = system.cfg.data.max_input_tokens
     reqs = []
     for q in qs:
         p = tuple(
@@ -230,7 +230,7 @@ def _requests(
                     query_id=f"{q}:{a}",
                 )
             )
-        if group is trainer.groups[0]:
+        if group is system.groups[0]:
             reqs.append(
                 GenerationRequest(
                     p, -1, 1, max_new_tokens, temperature, 1.0, seed + q, query_id=f"{q}:base"
@@ -240,7 +240,7 @@ def _requests(
 
 
 def _generate(
-    trainer: Trainer,
+    system: System,
     records: Sequence[Any],
     prompts: Sequence[Sequence[int]],
     *,
@@ -252,23 +252,23 @@ def _generate(
 ) -> Generations:
     """Every agent's and the base model's completion of every record, through each agent
     group's engine, ``chunk_queries`` queries per engine call."""
-    n = trainer.cfg.lora.n_agents
+    n = system.cfg.lora.n_agents
     texts = [[""] * n for _ in records]
     tokens = np.zeros((len(records), n), np.int64)
     base_texts = [""] * len(records)
     base_tokens = np.zeros(len(records), np.int64)
     chunks = [
         (g, range(start, min(start + chunk_queries, len(records))))
-        for g in trainer.groups
+        for g in system.groups
         for start in range(0, len(records), max(1, chunk_queries))
     ]
     bar = None
     if progress:
-        bar = tqdm(total=len(records) * len(trainer.groups), desc="eval generate", unit="query")
+        bar = tqdm(total=len(records) * len(system.groups), desc="eval generate", unit="query")
     for g, qs in chunks:
         tok = g.backbone.tokenizer
         reqs = _requests(
-            trainer,
+            system,
             g,
             records,
             prompts,

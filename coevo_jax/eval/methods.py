@@ -31,7 +31,7 @@ import numpy as np
 from coevo_jax.aggregate import aggregate
 from coevo_jax.eval import stats
 from coevo_jax.eval.collect import Collected
-from coevo_jax.router.routing import select_agents, select_top_k
+from coevo_jax.router.routing import activate, select_top_k
 
 
 def _klass(r: Any) -> str:
@@ -149,7 +149,7 @@ def summarise(
 
 def threshold_active(f: np.ndarray, tau: float) -> np.ndarray:
     """Inference routing: exploration off, so the ranking score is ``f`` itself."""
-    return np.asarray(select_agents(f, f, tau=tau))
+    return np.asarray(activate(f, tau=tau))
 
 
 def run_active(f: np.ndarray, *, tau: float, routing: str = "threshold", top_k: int = 1):
@@ -158,11 +158,7 @@ def run_active(f: np.ndarray, *, tau: float, routing: str = "threshold", top_k: 
     ``routing="threshold"`` is the cumulative-familiarity rule at ``tau``; ``"top_k"`` (the
     fixed top-k router ablation) activates the ``top_k`` highest-scoring agents.
     """
-    if routing == "top_k":
-        return np.asarray(select_top_k(f, top_k))
-    if routing != "threshold":
-        raise ValueError(f"routing must be 'threshold' or 'top_k', got {routing!r}")
-    return threshold_active(f, tau)
+    return np.asarray(activate(f, routing=routing, tau=tau, top_k=top_k))
 
 
 DEFAULT_BASELINES = ("base", "single", "uniform_vote", "random", "top", "oracle")

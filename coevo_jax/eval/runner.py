@@ -1,9 +1,10 @@
 """Evaluating a training run: restore it read-only, collect one generation pass, compute every
 method, write the report under ``RUN/eval/``.
 
-Evaluating never changes a run: the trainer is opened with ``read_only=True`` (no config
-rewrite, no metrics or TensorBoard writer, no metrics truncation) and, for an ``http``
-engine, adapters are published to a temporary directory rather than ``RUN/adapters``.
+Evaluating never changes a run: the run's ``coevo_jax.train.system.System`` is restored from
+its checkpoint (a System writes nothing into a run directory) and, for an ``http`` or
+``vllm`` engine, adapters are published to a temporary directory rather than
+``RUN/adapters``.
 Ablation routers (``router.head``, ``router.feature_layers``, ``router.routing``, no
 exploration, no margin, a train/test tau mismatch) are evaluated by the same path: the
 restored router scores queries with its own head and features, the ``cera`` entry uses the
@@ -29,7 +30,7 @@ from coevo_jax.eval.methods import compare_to_reference, method_outcomes, source
 from coevo_jax.eval.report import METRICS, write_report
 from coevo_jax.train.checkpoint import latest_checkpoint
 from coevo_jax.train.config import TrainConfig
-from coevo_jax.train.loop import Trainer
+from coevo_jax.train.system import System
 
 SUITES = {"cpu": ("eval_id", "eval_ood"), "id": ("eval_id",), "ood": ("eval_ood",)}
 ALL_BASELINES = ("base", "single", "uniform_vote", "random", "top", "oracle")
@@ -121,8 +122,8 @@ def router_summary(router_cfg: Any, eval_tau: float) -> dict[str, Any]:
     return out
 
 
-def evaluate_trainer(
-    trainer: Any,
+def evaluate_system(
+    system: Any,
     records: list[Any],
     out_dir: Path,
     *,
@@ -140,7 +141,7 @@ def evaluate_trainer(
     """Runs the collection pass and every method; writes the report; returns the payload.
 
     Args:
-      trainer: a trained or restored ``coevo_jax.train.loop.Trainer``.
+      system: a restored ``coevo_jax.train.system.System`` (or a trainer's ``system``).
       records: evaluation records.
       out_dir: where ``{name}.json``, ``{name}.md`` and the plots go.
       tau: inference threshold (default: the run's ``eval_tau``).
@@ -158,15 +159,15 @@ def evaluate_trainer(
     method, ``comparisons`` CERA-MoA against each baseline
     (:func:`coevo_jax.eval.methods.compare_to_reference`), ``metrics`` what every field means.
     """
-    rcfg = trainer.cfg.router
+    rcfg = system.cfg.router
     budget_source = "argument"
     if max_new_tokens is None:
-        max_new_tokens, budget_source = trainer.cfg.rollout.max_new_tokens, "rollout.max_new_tokens"
+        max_new_tokens, budget_source = system.cfg.rollout.max_new_tokens, "rollout.max_new_tokens"
 
-    tau = trainer.cfg.eval_tau if tau is None else tau
+    tau = system.cfg.eval_tau if tau is None else tau
     t0 = time.perf_counter()
     c = collect(
-        trainer, records, max_new_tokens=max_new_tokens, score_fn=score_fn, progress=progress
+        system, records, max_new_tokens=max_new_tokens, score_fn=score_fn, progress=progress
     )
     outcomes = method_outcomes(
         c,
@@ -238,7 +239,7 @@ def evaluate_run(
     Only ``run_dir/eval/`` is written. ``backbone`` / ``agent_backbones`` stand in for the
     config's models (tests); ``engine`` (``inprocess`` | ``http`` | ``vllm``), ``vllm_python``
     and ``urls`` replace the run's ``rollout`` settings (a ``vllm`` engine starts and stops
-    its own server); ``kw`` goes to :func:`evaluate_trainer`.
+    its own server); ``kw`` goes to :func:`evaluate_system`.
     """
     check_suite(suite)
     run_dir = Path(run_dir)
@@ -261,20 +262,23 @@ def evaluate_run(
             cfg = dataclasses.replace(
                 cfg, rollout=dataclasses.replace(cfg.rollout, adapter_dir=tmp)
             )
-        trainer = Trainer(
+        system = System(
             cfg,
-            run_dir,
             backbone=backbone,
             agent_backbones=agent_backbones,
-            records=records,
-            progress=progress,
-            read_only=True,
+            engine_dir=run_dir,
+            warn_dtype=False,
         )
         try:
-            trainer.restore(ckpt)
-            extra = {"run": str(run_dir), "suite": suite, "checkpoint_round": trainer.round}
-            return evaluate_trainer(
-                trainer,
+            host = system.restore(ckpt)
+            if not system.whitened and cfg.router.feature_norm != "none":
+                # a checkpoint from before the whitening statistics were saved: the run took
+                # them from its training queries, so take them the same way
+                split = data_dir / f"{cfg.data.split}.jsonl" if data_dir.is_dir() else data_dir
+                system.whiten(system.feature_sample(read_records(split)))
+            extra = {"run": str(run_dir), "suite": suite, "checkpoint_round": int(host["round"])}
+            return evaluate_system(
+                system,
                 records,
                 run_dir / "eval",
                 name=report_name(suite, cfg.router, tau),
@@ -284,4 +288,4 @@ def evaluate_run(
                 **kw,
             )
         finally:
-            trainer.close()
+            system.close()

@@ -34,7 +34,7 @@ from coevo_jax.router.features import (
 from coevo_jax.router.heads import RouterHead, make_head
 from coevo_jax.router.losses import push_pull_loss, router_advantages
 from coevo_jax.router.replay import RouterReplay, push_round, rewindow
-from coevo_jax.router.routing import routing_scores, select_agents, select_top_k
+from coevo_jax.router.routing import activate, routing_scores, select_agents, select_top_k
 from coevo_jax.router.state import (
     RouterCounters,
     RouterState,
@@ -86,6 +86,7 @@ __all__ = [
     "router_loss",
     "router_step",
     "routing_scores",
+    "activate",
     "select_agents",
     "select_top_k",
     "standardization",

@@ -98,3 +98,44 @@ def select_top_k(s: jax.Array, k: int) -> jax.Array:
     order = _rank_order(s)
     ranked = jnp.broadcast_to(jnp.arange(s.shape[1]) < k, s.shape)
     return _unsort(ranked, order)
+
+
+def activate(
+    f: jax.Array,
+    s: jax.Array | None = None,
+    *,
+    routing: str = "threshold",
+    tau: float = 0.7,
+    top_k: int = 1,
+    excluded: jax.Array | None = None,
+) -> jax.Array:
+    """The one activation rule of training, the probe and evaluation.
+
+    ``routing="threshold"``: :func:`select_agents` at ``tau``; ``"top_k"``: :func:`select_top_k`
+    with ``top_k`` (the fixed top-k ablation). Agents in ``excluded`` (out of their policy-step
+    budget) rank last with no familiarity, so the others meet the threshold or fill the top-k,
+    and never serve.
+
+    Args:
+      f: ``[B, N]`` familiarity.
+      s: ``[B, N]`` ranking scores (default ``f``: inference, no exploration bonus).
+      routing, tau, top_k: the rule and its parameter (``RouterConfig`` or evaluation's).
+      excluded: ``[N]`` bool, or None.
+
+    Returns:
+      ``[B, N]`` bool.
+    """
+    if routing not in ("threshold", "top_k"):
+        raise ValueError(f"routing must be 'threshold' or 'top_k', got {routing!r}")
+    f = jnp.asarray(f, jnp.float32)
+    s = f if s is None else jnp.asarray(s, jnp.float32)
+    if excluded is not None:
+        excluded = jnp.asarray(excluded, bool)
+        f = jnp.where(excluded[None], 0.0, f)
+        s = jnp.where(excluded[None], -jnp.inf, s)
+        top_k = min(top_k, int((~excluded).sum()))
+    if routing == "top_k":
+        active = select_top_k(s, top_k)
+    else:
+        active = select_agents(f, s, tau=tau)
+    return active if excluded is None else active & ~excluded[None]

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx, struct
 
-from coevo_jax.router.routing import routing_scores, select_agents, select_top_k
+from coevo_jax.router.routing import activate, routing_scores
 from coevo_jax.router.state import RouterState, make_optimizer
 
 
@@ -63,10 +63,7 @@ def route(state: RouterState, h: jax.Array, *, train: bool = True) -> RoutingDec
         c_ucb=cfg.c_ucb if train else 0.0,
         w_ent=cfg.w_ent if train else 0.0,
     )
-    if cfg.routing == "top_k":
-        active = select_top_k(s, cfg.top_k)
-    else:
-        active = select_agents(f, s, tau=cfg.tau)
+    active = activate(f, s, routing=cfg.routing, tau=cfg.tau, top_k=cfg.top_k)
     return RoutingDecision(active=active, f=f, s=s)
 
 

@@ -6,12 +6,18 @@ Design (what the loop does when ``parallel`` asks for a mesh):
   launched with ``JAX_COORDINATOR_ADDRESS``/``JAX_NUM_PROCESSES``/``JAX_PROCESS_ID`` (or
   torchrun/SLURM/MPI variables) starts ``jax.distributed``; the mesh then spans every process's
   devices.
-* Only the **policy step** runs SPMD on the mesh: each group keeps a second copy of its frozen
-  backbone placed with the partition rules of ``coevo_jax.parallel.rules`` (``fsdp``/``tensor``
-  split it), the policy state (adapters, AdamW moments, counters, key) is replicated, and the
-  policy batch is split over ``data`` x ``fsdp``; XLA all-reduces the gradients. The original
-  process-local backbone keeps serving the router features and the in-process engine, which
-  are small, latency-bound passes not worth a collective each.
+* The frozen backbones are placed once with the partition rules of ``coevo_jax.parallel.rules``
+  (``fsdp``/``tensor`` split them; no whole replica stays on any device). The policy state
+  (adapters, AdamW moments, counters, key) and the router state are replicated.
+* Every jitted program of a round runs under the mesh (:class:`MeshStep`, or
+  ``jax.set_mesh`` around the call), with its batch split over ``data`` x ``fsdp``: the
+  policy step with its reference pass, the trainer's recompute of behaviour log-probs, the
+  router features (a partial forward of the sharded backbone) and the router step. The
+  mesh must be the ambient one while jit traces: the decoder pins its activations' batch
+  axis to the mesh only then (``models.decoder._batch_constraint``); traced without it, the
+  compiled step keeps every row on every device and gives the same numbers, so equality
+  tests cannot tell. ``tests/train/test_mesh_split.py`` checks the split on the compiled
+  programs (per-device FLOPs).
 * **Process 0 drives** the round's host-side decisions: it routes, calls the rollout engines
   (the bridge) and the reward function, then broadcasts ``(active, trajectories, failures,
   rewards)`` to the other processes (:func:`broadcast_object`, a pickled byte array through
@@ -39,7 +45,10 @@ mixture into the shared run directory at once.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import pickle
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -83,16 +92,74 @@ def replicate(tree: Any, mesh: Mesh) -> Any:
     return jax.tree.map(lambda x: place(np.asarray(jax.device_get(x)), sh), tree)
 
 
+def under_mesh(mesh: Mesh | None):
+    """``jax.set_mesh(mesh)`` as a context, or nothing when ``mesh`` is None."""
+    return contextlib.nullcontext() if mesh is None else jax.set_mesh(mesh)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshStep:
+    """A jitted function that is traced, lowered and called with ``mesh`` as the ambient mesh.
+
+    ``__call__`` runs it; ``lower`` lowers it for ahead-of-time compilation (``coevo plan``,
+    the scale tests), so what is planned is exactly what the trainer calls.
+    """
+
+    fn: Callable
+    mesh: Mesh
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with jax.set_mesh(self.mesh):
+            return self.fn(*args, **kwargs)
+
+    def lower(self, *args: Any, **kwargs: Any) -> Any:
+        with jax.set_mesh(self.mesh):
+            return self.fn.lower(*args, **kwargs)
+
+
+def shard_router(state: Any, mesh: Mesh) -> Any:
+    """The router state on ``mesh``: matrices (and their Adam moments) split over ``fsdp``
+    on their longest axis that it divides, the rest replicated (via host memory).
+
+    Its rows are few (a round's queries), so with replicated heads the Adam update, which
+    no batch split shares, would cost every device as much as its share of the rows.
+    """
+
+    n = mesh.shape["fsdp"]
+
+    def put(x):
+        host = np.asarray(jax.device_get(x))
+        axes = [i for i, d in enumerate(host.shape) if d % n == 0] if host.ndim >= 2 else []
+        spec = [None] * host.ndim
+        if axes and n > 1:
+            spec[max(axes, key=lambda i: host.shape[i])] = "fsdp"
+        return place(host, NamedSharding(mesh, P(*spec)))
+
+    return jax.tree.map(put, state)
+
+
+def shard_backbone(backbone: Any, mesh: Mesh) -> None:
+    """Places ``backbone.params`` on ``mesh`` by the partition rules, in place (via host
+    memory, which works in multi-process runs; a backbone already on ``mesh`` stays)."""
+    leaves = jax.tree.leaves(backbone.params)
+    if leaves and all(getattr(x, "sharding", None) is not None for x in leaves):
+        if all(getattr(x.sharding, "mesh", None) == mesh for x in leaves):
+            return
+    backbone.params = shard_params(jax.device_get(backbone.params), mesh)
+
+
 def shard_group(group: Any, mesh: Mesh, rl_cfg: Any) -> None:
-    """Puts ``group``'s training side on ``mesh``: sharded backbone copy, replicated policy
-    state and a policy step with those shardings (in place)."""
+    """Puts ``group`` on ``mesh``: its backbone sharded (the one copy every pass reads), its
+    policy state replicated, and its policy step traced under the mesh with those shardings
+    (in place)."""
     group.mesh = mesh
-    group.train_params = shard_params(jax.device_get(group.backbone.params), mesh)
+    shard_backbone(group.backbone, mesh)
     group.policy = replicate(group.policy, mesh)
     state_sh = jax.tree.map(lambda _: replicated(mesh), group.policy)
-    group.step_fn = make_policy_step(
+    step = make_policy_step(
         group.backbone.cfg, rl_cfg, donate=True, out_shardings=(state_sh, replicated(mesh))
     )
+    group.step_fn = MeshStep(step, mesh)
 
 
 def place_batch(batch: Any, mesh: Mesh) -> Any:

@@ -32,6 +32,7 @@ from coevo_jax.rl.correction import logprob_gap
 from coevo_jax.rl.logprobs import PolicyBatch, sequence_logprobs
 from coevo_jax.train.batching import build_policy_batch
 from coevo_jax.train.buffers import Group
+from coevo_jax.train.distributed import place_batch, under_mesh
 
 
 @functools.partial(
@@ -168,4 +169,47 @@ def group_gaps(
     for agent in sorted({int(x) for x in a}):
         gap = logprob_gap(b, r, m, (a == agent).astype(np.float32))
         out[agent] = {k: float(v) for k, v in gap.items()}
+    return out
+
+
+def round_gaps(groups: Sequence[Any], rollouts: Any, cfg: Any) -> dict[str, dict[str, float]]:
+    """:func:`group_gaps` of a round's complete groups (``train.rollouts.Rollouts``), per
+    agent that sampled, under the adapters that sampled: the loop calls it before the
+    policy step. ``groups`` are the system's agent groups; ``cfg`` the run's TrainConfig.
+
+    Returns:
+      ``{str(agent): gap summary}``.
+    """
+    g_size = cfg.rollout.group_size
+    out: dict[str, dict[str, float]] = {}
+    for g in groups:
+        mine = [
+            Group(
+                agent_id=g.local(a),
+                query_id=str(q),
+                prompt_ids=tuple(ts[0].prompt_ids),
+                completions=tuple(t.completion_ids for t in ts),
+                logprobs=tuple(t.logprobs for t in ts),
+                rewards=(0.0,) * g_size,
+                version=0,
+            )
+            for q, a, ts, _ in rollouts.groups()
+            if a in g.agents
+        ]
+        if not mine:
+            continue
+        with under_mesh(g.mesh):
+            gaps = group_gaps(
+                mine,
+                g.backbone.params,
+                g.policy.lora,
+                g.backbone.cfg,
+                cfg.rl,
+                completion_len=cfg.rollout.max_new_tokens,
+                pad_id=g.backbone.tokenizer.pad_token_id,
+                temperature=cfg.rollout.temperature,
+                rows_per_batch=max(64, cfg.loop.groups_per_step * g_size * len(g.agents)),
+                place=None if g.mesh is None else (lambda b, m=g.mesh: place_batch(b, m)),
+            )
+        out.update({str(g.agents[local]): v for local, v in gaps.items()})
     return out

@@ -18,21 +18,21 @@ after ``after_rounds`` completed rounds and is logged with the round that follow
 
 The pure pieces (:func:`stratified_indices`, :func:`macro_average`, :func:`routing_nmi`,
 :func:`familiarity_by_domain`, :func:`eval_activation`, :func:`summarize`) take numpy arrays
-and are tested alone; :func:`run_probe` wires them to a trainer's router and engines.
+and are tested alone; :func:`run_probe` wires them to a system's router and engines.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 
 from coevo_jax.data.templates import render_chat
-from coevo_jax.router import route, select_agents, select_top_k
+from coevo_jax.router import activate, route
 from rollout_bridge.engine import GenerationError, GenerationRequest
 
 
@@ -145,9 +145,7 @@ def eval_activation(f: np.ndarray, *, tau: float, routing: str = "threshold", to
     familiar agents.
     """
     f = jnp.asarray(f, jnp.float32)
-    if routing == "top_k":
-        return np.asarray(select_top_k(f, top_k))
-    return np.asarray(select_agents(f, f, tau=tau))
+    return np.asarray(activate(f, routing=routing, tau=tau, top_k=top_k))
 
 
 def summarize(
@@ -206,21 +204,26 @@ class ProbeSet:
         return cls([records[i] for i in idx], [domains[i] for i in idx])
 
 
-def run_probe(trainer: Any, probe: ProbeSet, *, max_new_tokens: int) -> dict[str, Any]:
-    """Routes and answers ``probe`` with ``trainer``'s router and engines (process 0 only).
+def run_probe(
+    system: Any, probe: ProbeSet, reward_fn: Callable, *, max_new_tokens: int
+) -> dict[str, Any]:
+    """Routes and answers ``probe`` with ``system``'s router and engines (process 0 only).
 
-    Features come from ``trainer.query_features`` (what training routes on), familiarity
+    Features come from ``system.query_features`` (what training routes on), familiarity
     from ``route(train=False)``, activation from :func:`eval_activation` at
-    ``trainer.cfg.eval_tau``; the top-1 agent writes one greedy completion
-    (``max_new_tokens``) per query, scored by ``trainer.reward_fn``. Nothing in the
-    trainer's state changes.
+    ``system.cfg.eval_tau``; the top-1 agent writes one greedy completion
+    (``max_new_tokens``) per query, scored by ``reward_fn(records, completions,
+    agent_ids)``. Nothing in the system's state changes.
+
+    Args:
+      system: a ``coevo_jax.train.system.System``.
     """
-    cfg = trainer.cfg
-    tok = trainer.router_backbone.tokenizer
-    h = trainer.query_features(
+    cfg = system.cfg
+    tok = system.router_backbone.tokenizer
+    h = system.query_features(
         [render_chat(r, tok, cfg.data.max_input_tokens) for r in probe.records]
     )
-    f = np.asarray(route(trainer.router, h, train=False).f)
+    f = np.asarray(route(system.router, h, train=False).f)
     active = eval_activation(
         f, tau=cfg.eval_tau, routing=cfg.router.routing, top_k=cfg.router.top_k
     )
@@ -228,7 +231,7 @@ def run_probe(trainer: Any, probe: ProbeSet, *, max_new_tokens: int) -> dict[str
     rewards = np.zeros(len(probe.records), np.float32)
     tokens = np.zeros(len(probe.records), np.int64)
     texts: dict[int, str] = {}
-    for k, g in enumerate(trainer.groups):
+    for k, g in enumerate(system.groups):
         reqs = []
         for q, rec in enumerate(probe.records):
             if int(top1[q]) not in g.agents:
@@ -260,7 +263,7 @@ def run_probe(trainer: Any, probe: ProbeSet, *, max_new_tokens: int) -> dict[str
             texts[q] = g.backbone.tokenizer.decode(list(t.completion_ids), skip_special_tokens=True)
     done = sorted(texts)
     if done:
-        scored = trainer.reward_fn(
+        scored = reward_fn(
             [probe.records[q] for q in done], [texts[q] for q in done], [int(top1[q]) for q in done]
         )
         rewards[done] = np.asarray(scored, np.float32)

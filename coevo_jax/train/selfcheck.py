@@ -17,6 +17,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import jax
+
 from coevo_jax.lora.weights import LoRAWeights
 from coevo_jax.models import ModelConfig
 from coevo_jax.rl.config import RLConfig
@@ -201,3 +203,60 @@ def check_engine(
     if raise_on_mismatch and report.failed:
         raise EngineMismatch(report)
     return report
+
+
+def selfcheck_prompts(
+    group: Any, records: Sequence[Any], max_input_tokens: int, n: int = 2, pool: int = 16
+) -> list[list[int]]:
+    """The ``n`` shortest of the first ``pool`` records' prompts, for the engine self-check.
+
+    Short, because a server's LoRA prefill is the check's main cost (vLLM-CPU copies each
+    token's adapter weights); the gap of every round's own rollouts covers real lengths.
+    """
+    prompts = [group.prompt(records, i, max_input_tokens) for i in range(min(pool, len(records)))]
+    return sorted(prompts, key=len)[:n]
+
+
+def check_system(system: Any, records: Sequence[Any], *, seed: Any) -> dict[str, Any] | None:
+    """Checks every agent group's engine of ``system`` (a ``train.system.System``) against
+    the trainer's recompute, with :func:`check_engine`.
+
+    Runs when ``rollout.selfcheck`` is on, on the driver process, for engines that do not
+    return exact log-probs by construction (every engine but the in-process one). The
+    prompts are the shortest of ``records``' first ones (:func:`selfcheck_prompts`); each
+    agent of the group and the base model sample two completions of 16 tokens in one batch.
+    ``seed(k)`` gives group ``k``'s sampling seed.
+
+    Returns:
+      ``{"groupK": {"base" | "<local agent>": gap summary}, "seconds": wall time}``,
+      or None when nothing was checked.
+
+    Raises:
+      EngineMismatch: a gap past ``rollout.selfcheck_tolerance``, naming the agent.
+    """
+    cfg = system.cfg
+    ro = cfg.rollout
+    if not ro.selfcheck or ro.engine == "inprocess" or not system.driver:
+        return None
+    t0 = time.perf_counter()
+    out: dict[str, Any] = {}
+    for k, g in enumerate(system.groups):
+        if g.engine is None:
+            continue
+        report = check_engine(
+            g.engine,
+            g.backbone.params,
+            g.backbone.cfg,
+            jax.device_get(g.policy.lora) if g.mesh is not None else g.policy.lora,
+            selfcheck_prompts(g, records, cfg.data.max_input_tokens),
+            n_per_agent=2,
+            max_tokens=min(16, ro.max_new_tokens),
+            temperature=ro.temperature,
+            tolerance=ro.selfcheck_tolerance,
+            rl_cfg=cfg.rl,
+            pad_id=g.backbone.tokenizer.pad_token_id,
+            seed=seed(k),
+        )
+        out[f"group{k}"] = report.metrics()
+    out["seconds"] = time.perf_counter() - t0
+    return out

@@ -50,18 +50,22 @@ def load_backbone(spec: ModelSpec) -> Backbone:
 
 
 def query_features(
-    backbone: Backbone, router: RouterConfig, prompts: Sequence[Sequence[int]]
+    backbone: Backbone,
+    router: RouterConfig,
+    prompts: Sequence[Sequence[int]],
+    place: Callable[[Any], Any] = jnp.asarray,
 ) -> jax.Array:
     """``[B, D]`` router features of token-id prompts: ``backbone``'s partial pass with
-    ``router``'s feature layers and prompt limit, which is what training routes on."""
+    ``router``'s feature layers and prompt limit, which is what training routes on.
+    ``place`` puts the padded ``[B, S]`` ids and mask on devices (a mesh run splits them)."""
     ids, mask = pad_queries(
         prompts, max_len=router.max_prompt_tokens, pad_id=backbone.tokenizer.pad_token_id
     )
     return features(
         backbone.params,
         backbone.cfg,
-        jnp.asarray(ids),
-        jnp.asarray(mask),
+        place(ids),
+        place(mask),
         layers=router.feature_layers,
         max_len=router.max_prompt_tokens,
     )
@@ -135,9 +139,8 @@ class AgentGroup:
       engine: the rollout engine serving these agents (slot k = local id k); None on the
         non-driver processes of a multi-host run, which never generate.
       prompts: cache of rendered prompt ids per record index (tokenizer-specific).
-      mesh: the training mesh when the policy step runs SPMD (``train.distributed``), else None.
-      train_params: the backbone copy the policy step reads (sharded on ``mesh``); None means
-        ``backbone.params``.
+      mesh: the training mesh when the group runs SPMD (``train.distributed``; its backbone
+        is then sharded on it), else None.
     """
 
     agents: tuple[int, ...]
@@ -147,11 +150,6 @@ class AgentGroup:
     engine: Any = None
     prompts: dict[int, list[int]] = dataclasses.field(default_factory=dict)
     mesh: Any = None
-    train_params: Any = None
-
-    @property
-    def step_params(self) -> Any:
-        return self.backbone.params if self.train_params is None else self.train_params
 
     def local(self, agent: int) -> int:
         return self.agents.index(agent)

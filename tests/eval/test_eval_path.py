@@ -3,11 +3,14 @@ run directory that evaluation leaves byte-for-byte as it found it."""
 
 import json
 
+import jax
+import numpy as np
 import pytest
 
-from coevo_jax.eval import evaluate_run, evaluate_trainer
+from coevo_jax.eval import evaluate_run, evaluate_system
 from coevo_jax.eval.runner import suite_records
-from coevo_jax.train.loop import Trainer
+from coevo_jax.train.checkpoint import latest_checkpoint
+from coevo_jax.train.system import System
 from tests.eval._runs import (
     evaluate_tiny_run,
     odd_length_score,
@@ -50,8 +53,8 @@ def test_eval_writes_reports(tmp_path):
     tr = tiny_trainer(cfg, tmp_path / "run", records=recs)
     tr.run()
     ev = [dict(r, id=f"e{i}", source="toy-" + r["class"]) for i, r in enumerate(tiny_records(6))]
-    payload = evaluate_trainer(
-        tr,
+    payload = evaluate_system(
+        tr.system,
         ev,
         tmp_path / "eval",
         name="toy",
@@ -105,26 +108,25 @@ def test_evaluate_run_refuses_a_run_without_checkpoint(tmp_path):
     assert {p.name for p in tmp_path.iterdir()} == {"config.json"}
 
 
-def test_read_only_trainer_refuses_to_write(tmp_path):
-    with pytest.raises(ValueError, match="needs records"):
-        Trainer(tiny_config(), tmp_path / "x", backbone=tiny_backbone(), read_only=True)
-    tr = Trainer(
-        tiny_config(),
-        tmp_path / "x",
-        backbone=tiny_backbone(),
-        records=tiny_records(4),
-        read_only=True,
-        progress=False,
-    )
+def test_a_system_restores_a_run_and_writes_nothing(tmp_path):
+    """Evaluation's view of a run: a System restores the trained state, and neither building
+    nor restoring it writes into the run directory."""
+    cfg = tiny_config(rounds=1)
+    tr = tiny_trainer(cfg, tmp_path / "run", records=tiny_records(4))
+    tr.run()
+    tr.close()
+    before = snapshot(tmp_path / "run")
+    system = System(cfg, backbone=tiny_backbone(), engine_dir=tmp_path / "run", warn_dtype=False)
     try:
-        with pytest.raises(RuntimeError, match="read-only"):
-            tr.run()
-        with pytest.raises(RuntimeError, match="read-only"):
-            tr.save()
-        assert not tr.restore()
+        host = system.restore(latest_checkpoint(tmp_path / "run" / "checkpoints"))
+        assert host["round"] == 1 and system.versions == tr.system.versions
+        for a, b in zip(
+            jax.tree.leaves(system.arrays()), jax.tree.leaves(tr.system.arrays()), strict=True
+        ):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     finally:
-        tr.close()
-    assert not (tmp_path / "x").exists()
+        system.close()
+    assert snapshot(tmp_path / "run") == before
 
 
 def test_suite_limit_is_per_dataset(tmp_path):

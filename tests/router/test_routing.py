@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coevo_jax.router.routing import routing_scores, select_agents, select_top_k
+from coevo_jax.router.routing import activate, routing_scores, select_agents, select_top_k
 
 GRID = 64  # f and tau on a 1/64 grid: every partial sum is exact in float32
 
@@ -99,3 +99,20 @@ def test_routing_scores_formula_and_t_guard():
     for t in (0, 1):  # log(T) guarded: no bonus, no -inf/nan before anything was routed
         s0 = routing_scores(f, T=t, n=n, h_bar=jnp.zeros(3), c_ucb=2.0, w_ent=0.0)
         np.testing.assert_allclose(np.asarray(s0), np.asarray(f))
+
+
+def test_activate_is_each_rule_and_excludes_agents_out_of_budget():
+    f = jnp.asarray([[0.5, 0.3, 0.2, 0.0], [0.1, 0.1, 0.6, 0.2]])
+    s = f + jnp.asarray([0.0, 0.4, 0.0, 0.0])  # an exploration bonus for agent 1
+    np.testing.assert_array_equal(activate(f, s, tau=0.7), select_agents(f, s, tau=0.7))
+    np.testing.assert_array_equal(activate(f, tau=0.7), select_agents(f, f, tau=0.7))
+    np.testing.assert_array_equal(activate(f, s, routing="top_k", top_k=2), select_top_k(s, 2))
+    out = np.asarray([False, True, False, False])
+    got = np.asarray(activate(f, s, tau=0.7, excluded=out))
+    assert not got[:, 1].any()
+    # without agent 1 the threshold is met by the others, ranked by s as before
+    np.testing.assert_array_equal(got, [[True, False, True, False], [False, False, True, True]])
+    top = np.asarray(activate(f, s, routing="top_k", top_k=4, excluded=out))
+    np.testing.assert_array_equal(top.sum(axis=1), [3, 3])  # k shrinks to the agents left
+    with pytest.raises(ValueError, match="routing must be"):
+        activate(f, routing="bogus")

@@ -23,7 +23,7 @@ def test_query_stream_is_deterministic_and_distinct():
 def test_rounds_route_generate_buffer_and_train(tmp_path):
     cfg = tiny_config()
     tr = tiny_trainer(cfg, tmp_path)
-    before = np.asarray(tr.groups[0].policy.lora.params["q"]["B"]).copy()
+    before = np.asarray(tr.system.groups[0].policy.lora.params["q"]["B"]).copy()
     rows = tr.run()
     assert [m["round"] for m in rows] == [1, 2, 3]
     # every query activated at least one agent; T counts routed queries
@@ -38,13 +38,13 @@ def test_rounds_route_generate_buffer_and_train(tmp_path):
     # policy steps happened and changed exactly the stepped agents' adapters
     steps = rows[-1]["updates"]
     assert sum(steps) > 0
-    after = np.asarray(tr.groups[0].policy.lora.params["q"]["B"])
+    after = np.asarray(tr.system.groups[0].policy.lora.params["q"]["B"])
     for i in range(2):
         changed = not np.array_equal(before[:, i], after[:, i])
         assert changed == (steps[i] > 0)
     assert rows[-1]["versions"] == steps
     # router step ran every round
-    assert int(tr.router.step) == 3
+    assert int(tr.system.router.step) == 3
     # outputs on disk
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["round"] for x in lines] == [1, 2, 3]
@@ -88,12 +88,12 @@ def test_heterogeneous_setting_gives_each_agent_its_own_backbone(tmp_path):
     )
     a, b = tiny_backbone(seed=1, layers=2), tiny_backbone(seed=2, layers=3)
     tr = tiny_trainer(cfg, tmp_path, agent_backbones=[a, b])
-    assert [g.agents for g in tr.groups] == [(0,), (1,)]
-    assert tr.groups[1].backbone.cfg.num_layers == 3
+    assert [g.agents for g in tr.system.groups] == [(0,), (1,)]
+    assert tr.system.groups[1].backbone.cfg.num_layers == 3
     rows = tr.run()
     assert rows[-1]["counters"]["T"] == 8
     steps = rows[-1]["updates"]
-    for k, g in enumerate(tr.groups):
+    for k, g in enumerate(tr.system.groups):
         assert g.policy.lora.n_agents == 1
         assert int(np.asarray(g.policy.agent_steps)[0]) == steps[k]
     tr.close()

@@ -60,7 +60,7 @@ def test_rounds_release_memory_and_hold_no_growing_state(tmp_path, monkeypatch):
             len(jax.live_arrays()),
             sampler.generate_arrays._cache_size(),
             gap.recompute_logprobs._cache_size(),
-            tr.groups[0].step_fn._cache_size(),
+            tr.system.groups[0].step_fn._cache_size(),
         )
 
     tr.run(rounds=3)  # every shape of this run has been compiled by now

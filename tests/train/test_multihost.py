@@ -127,8 +127,8 @@ def test_mesh_in_one_process_matches_no_mesh(tmp_path):
         tr = tiny_trainer(cfg, tmp_path / name)
         rows = [tr.run_round() for _ in range(2)]
         if name == "mesh":
-            assert tr.mesh is not None and tr.mesh.size == jax.device_count()
-            emb = tr.groups[0].train_params["embed"]
+            assert tr.system.mesh is not None and tr.system.mesh.size == jax.device_count()
+            emb = tr.system.groups[0].backbone.params["embed"]
             assert len(emb.sharding.device_set) == jax.device_count()  # the backbone is sharded
         tr.close()
         runs[name] = [{k: v for k, v in r.items() if k != "timings"} for r in rows]

@@ -21,11 +21,11 @@ def _config(update_steps: int, replay_rounds: int, **loop):
 
 def test_steps_per_round_window_and_resume(tmp_path):
     tr = tiny_trainer(_config(3, 2, rounds=2), tmp_path)
-    assert tr.router_replay is not None
+    assert tr.system.router_replay is not None
     rows = tr.run()
-    assert int(tr.router.step) == 2 * 3  # three Adam steps a round
-    w = tr.router_replay
-    assert int(w.rounds) == 2 and w.h.shape == (2, 4, tr.router.feature_shift.shape[0])
+    assert int(tr.system.router.step) == 2 * 3  # three Adam steps a round
+    w = tr.system.router_replay
+    assert int(w.rounds) == 2 and w.h.shape == (2, 4, tr.system.router.feature_shift.shape[0])
     # round k in slot k - 1 (the ring's overwriting is tests/router/test_replay.py's); each
     # served what its metrics row says it activated (no generation failed)
     for slot, row in ((0, rows[0]), (1, rows[1])):
@@ -33,9 +33,9 @@ def test_steps_per_round_window_and_resume(tmp_path):
         assert np.asarray(w.served[slot]).sum(axis=0).tolist() == row["activated"]["per_agent"]
     tr.save()
     back = tiny_trainer(_config(3, 2, rounds=2), tmp_path)
-    assert int(back.router_replay.rounds) == 0
+    assert int(back.system.router_replay.rounds) == 0
     assert back.restore()
-    for a, b in zip(jax.tree.leaves(back.router_replay), jax.tree.leaves(w), strict=True):
+    for a, b in zip(jax.tree.leaves(back.system.router_replay), jax.tree.leaves(w), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
@@ -44,18 +44,18 @@ def test_a_wrapped_window_resumes_exactly(tmp_path):
     # window must keep that layout and its count, or the next rounds fill other slots
     tr = tiny_trainer(_config(1, 2, rounds=3), tmp_path)
     tr.run()
-    w = tr.router_replay
+    w = tr.system.router_replay
     assert int(w.rounds) == 3
     tr.save()
     back = tiny_trainer(_config(1, 2, rounds=3), tmp_path)
     assert back.restore()
-    for a, b in zip(jax.tree.leaves(back.router_replay), jax.tree.leaves(w), strict=True):
+    for a, b in zip(jax.tree.leaves(back.system.router_replay), jax.tree.leaves(w), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 def test_the_paper_schedule_keeps_no_window_and_its_checkpoint_layout(tmp_path):
     tr = tiny_trainer(_config(1, 1), tmp_path)
-    assert tr.router_replay is None and "router_replay" not in tr._arrays()
+    assert tr.system.router_replay is None and "router_replay" not in tr.system.arrays()
 
 
 def test_a_run_resumes_under_another_router_schedule(tmp_path):
@@ -65,17 +65,17 @@ def test_a_run_resumes_under_another_router_schedule(tmp_path):
     tr.run()
     tr.save()
     paper = tiny_trainer(_config(1, 1, rounds=2), tmp_path)
-    assert paper.restore() and paper.round == 2 and paper.router_replay is None
+    assert paper.restore() and paper.round == 2 and paper.system.router_replay is None
     for a, b in zip(
-        jax.tree.leaves(paper.router.params), jax.tree.leaves(tr.router.params), strict=True
+        jax.tree.leaves(paper.system.router.params), jax.tree.leaves(tr.system.router.params), strict=True
     ):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     longer = tiny_trainer(_config(2, 4, rounds=2), tmp_path)
-    assert longer.restore() and longer.router_replay.h.shape[0] == 4
-    assert int(longer.router_replay.rounds) == 2
+    assert longer.restore() and longer.system.router_replay.h.shape[0] == 4
+    assert int(longer.system.router_replay.rounds) == 2
     np.testing.assert_array_equal(
-        np.asarray(longer.router_replay.h[:2]), np.asarray(tr.router_replay.h)
+        np.asarray(longer.system.router_replay.h[:2]), np.asarray(tr.system.router_replay.h)
     )
     paper.save()  # a checkpoint without a window, read by a config with one
     again = tiny_trainer(_config(3, 2, rounds=2), tmp_path)
-    assert again.restore() and int(again.router_replay.rounds) == 0
+    assert again.restore() and int(again.system.router_replay.rounds) == 0

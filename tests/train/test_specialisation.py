@@ -80,9 +80,9 @@ def test_router_learns_domain_to_agent_mapping(tmp_path):
     prompts = [tr._router_prompt(i) for i in range(len(recs))]
     ids, mask = pad_queries(prompts, max_len=64, pad_id=0)
     h = features(
-        tr.backbone.params, tr.backbone.cfg, jnp.asarray(ids), jnp.asarray(mask), max_len=64
+        tr.system.backbone.params, tr.system.backbone.cfg, jnp.asarray(ids), jnp.asarray(mask), max_len=64
     )
-    dec = route(tr.router, h, train=False)
+    dec = route(tr.system.router, h, train=False)
     f = np.asarray(dec.f)
     chosen = np.where(np.asarray(dec.active), f, -1).argmax(axis=1)
     gold = np.array([0 if r["class"] == "math" else 1 for r in recs])
