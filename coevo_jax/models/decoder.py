@@ -25,12 +25,45 @@ from flax import nnx, struct
 
 from coevo_jax.lora.weights import TARGET_MODULES, LoRAWeights, lora_delta
 from coevo_jax.models.config import ModelConfig
-from coevo_jax.models.ops import attend, embed_rows, linear, silu_mul
+from coevo_jax.models.ops import (
+    ATTENTION_BLOCK,
+    attention,
+    embed_rows,
+    linear,
+    resolve_attention,
+    silu_mul,
+)
 from coevo_jax.models.rope import apply_rope, rope_cos_sin
 
 Params = dict[str, Any]
 # Query blocks of the cache-free (training / scoring) attention: `ops.attend`.
 _CAUSAL_BLOCKS = 4
+
+
+# `forward`'s `remat` by name: what a rematerialised block keeps for the backward (the rest
+# is recomputed). True / False are accepted as "full" / "none".
+REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
+_CHECKPOINT_POLICIES = {
+    "dots": jax.checkpoint_policies.dots_saveable,
+    "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+def remat_name(remat: bool | str) -> str:
+    """``remat`` as a ``REMAT_POLICIES`` name (True = ``"full"``, False = ``"none"``)."""
+    name = ("full" if remat else "none") if isinstance(remat, bool) else remat
+    if name not in REMAT_POLICIES:
+        raise ValueError(f"remat must be a bool or one of {REMAT_POLICIES}, got {remat!r}")
+    return name
+
+
+def _rematerialised(body: Any, remat: bool | str) -> Any:
+    """``body`` under the ``jax.checkpoint`` of ``remat`` (unchanged for ``"none"``)."""
+    name = remat_name(remat)
+    if name == "none":
+        return body
+    # "full" is jax.checkpoint's default (save nothing but the inputs), written as it always was.
+    return jax.checkpoint(body, policy=_CHECKPOINT_POLICIES.get(name))
 
 
 # Vector params: scales of fp32 statistics, never matmul operands.
@@ -151,7 +184,13 @@ def _project(h: jax.Array, name: str, inp: BlockInputs, matmul_dtype: Any) -> ja
 
 
 def _attention(
-    cfg: ModelConfig, x: jax.Array, inp: BlockInputs, compute_dtype: Any, matmul_dtype: Any
+    cfg: ModelConfig,
+    x: jax.Array,
+    inp: BlockInputs,
+    compute_dtype: Any,
+    matmul_dtype: Any,
+    impl: str = "xla",
+    block: int = ATTENTION_BLOCK,
 ) -> tuple[jax.Array, KVCache | None]:
     """The attention half of a block: ``(o-projection of attention(norm(x)), updated cache)``.
 
@@ -179,7 +218,9 @@ def _attention(
     # Without a cache, queries and keys are the same T slots and `allowed` is causal, so
     # query blocks can skip the keys after them.
     blocks = _CAUSAL_BLOCKS if inp.cache is None else 1
-    attn = attend(q, k, v, inp.allowed, cfg.num_kv_heads, causal_blocks=blocks)
+    attn = attention(
+        q, k, v, inp.allowed, cfg.num_kv_heads, impl=impl, causal_blocks=blocks, block_size=block
+    )
     return _project(attn, "o", inp, matmul_dtype), new_cache
 
 
@@ -192,10 +233,16 @@ def _mlp(cfg: ModelConfig, x: jax.Array, inp: BlockInputs, matmul_dtype: Any) ->
 
 
 def _block(
-    cfg: ModelConfig, x: jax.Array, inp: BlockInputs, compute_dtype: Any, matmul_dtype: Any
+    cfg: ModelConfig,
+    x: jax.Array,
+    inp: BlockInputs,
+    compute_dtype: Any,
+    matmul_dtype: Any,
+    impl: str = "xla",
+    block: int = ATTENTION_BLOCK,
 ) -> tuple[jax.Array, KVCache | None]:
     """One pre-norm decoder block: ``x + attention``, then ``+ mlp``; returns the new cache."""
-    attn, new_cache = _attention(cfg, x, inp, compute_dtype, matmul_dtype)
+    attn, new_cache = _attention(cfg, x, inp, compute_dtype, matmul_dtype, impl, block)
     x = x + attn
     x = x + _mlp(cfg, x, inp, matmul_dtype)
     return x, new_cache
@@ -252,9 +299,11 @@ def forward(
     stop_after_hidden: bool = False,
     cache: KVCache | None = None,
     cache_index: jax.Array | int | None = None,
-    remat: bool = False,
+    remat: bool | str = False,
     compute_dtype: Any = jnp.float32,
     matmul_dtype: Any = None,
+    attention: str = "xla",
+    attention_block: int = ATTENTION_BLOCK,
 ) -> DecoderOutput:
     """Runs the decoder on a (left-padded) batch.
 
@@ -274,11 +323,19 @@ def forward(
       stop_after_hidden: run only up to the deepest requested index; ``logits`` is None.
       cache: a ``KVCache``; the T new keys/values are written at ``cache_index``.
       cache_index: scalar slot of the first new token (same for every row).
-      remat: wrap each block in ``jax.checkpoint`` (recompute activations in the backward).
+      remat: wrap each block in ``jax.checkpoint`` (recompute activations in the backward):
+        True or ``"full"`` keeps only the block's input, ``"dots"`` / ``"dots_no_batch"``
+        also keep matmul outputs (``REMAT_POLICIES``), False or ``"none"`` no remat. Every
+        choice gives the same values and gradients.
       compute_dtype: activations' dtype (bf16 or fp32); softmax and logits are fp32.
       matmul_dtype: operand dtype of the projection and LM-head matmuls (fp32 accumulation,
         see :func:`linear`); None = ``compute_dtype``. ``compute_dtype=float32,
         matmul_dtype=bfloat16`` is the fast CPU setting: bf16 GEMMs, fp32 elementwise work.
+      attention: ``models.ops.ATTENTION_IMPLS``: ``"xla"`` (whole fp32 scores per query
+        block), ``"blockwise"`` (one score tile at a time), ``"cudnn"`` (GPU), ``"auto"``
+        (cuDNN on GPU, else blockwise); see ``models.ops.attention``. Equal up to fp32
+        summation order on every query that sees a key.
+      attention_block: ``"blockwise"``'s tile edge, in queries and keys.
 
     Returns:
       ``DecoderOutput``. Differentiable w.r.t. ``params`` and the LoRA weights.
@@ -291,6 +348,8 @@ def forward(
     if stop_after_hidden and not wanted:
         raise ValueError("stop_after_hidden=True needs at least one index in hidden_layers")
     depth = max(wanted.values()) if stop_after_hidden else n_layers
+    impl = resolve_attention(attention)
+    remat_name(remat)  # fail before tracing
     if cache is not None and cache_index is None:
         raise ValueError("a cache needs cache_index (the slot of the first new token)")
 
@@ -344,11 +403,10 @@ def forward(
             rng = None if lora_rng is None else jax.random.fold_in(lora_rng, layer)
             block_lora = BlockLoRA(lora_l, agent_ids, weights.scale, weights.dropout, rng)
         inp = BlockInputs(layer, norms, layers, cos, sin, allowed, block_lora, kv, q0)
-        x, kv = _block(cfg, x, inp, compute_dtype, md)
+        x, kv = _block(cfg, x, inp, compute_dtype, md, impl, attention_block)
         return (_batch_constraint(x), kv), None
 
-    if remat:
-        body = jax.checkpoint(body)
+    body = _rematerialised(body, remat)
 
     x = _batch_constraint(embed_rows(params["embed"], input_ids).astype(compute_dtype))
     kv = cache
@@ -397,6 +455,8 @@ FORWARD_STATIC_ARGNAMES = (
     "remat",
     "compute_dtype",
     "matmul_dtype",
+    "attention",
+    "attention_block",
 )
 
 jit_forward = jax.jit(forward, static_argnames=FORWARD_STATIC_ARGNAMES)

@@ -11,10 +11,16 @@ All exist for XLA:CPU speed or memory; none changes the math (figures in
 * :func:`attend`: GQA softmax attention whose backward recomputes the probabilities from
   ``q``, ``k`` and the saved row max and sum (FlashAttention's backward, unblocked)
   instead of keeping the ``[B, H, T, S]`` probabilities of every layer for the backward.
+* :func:`attend_blockwise`: the same attention with the scores formed one ``[query block x
+  key block]`` tile at a time under an online softmax (FlashAttention's schedule in plain
+  XLA), so no ``[T, S]`` score matrix exists whole, forward or backward.
+* :func:`attend_dpa`: ``jax.nn.dot_product_attention`` (cuDNN's fused kernel on GPU) with this
+  module's mask semantics.
 * :func:`silu_mul`: the gated MLP's ``silu(g) * u``, keeping only ``g`` and ``u``.
 * :func:`embed_rows`: the embedding lookup, gathering a 16-bit table as raw words.
 
-No library offers these for JAX on CPU, hence written here.
+No library offers these for JAX on CPU, hence written here. :func:`attention` picks one of the
+three attentions by name (``ATTENTION_IMPLS``).
 """
 
 from __future__ import annotations
@@ -287,15 +293,272 @@ def attend(
         spans = tuple((t0, t1, t1) for t0, t1 in zip(bounds, bounds[1:], strict=False) if t1 > t0)
     else:
         spans = ((0, t, s),)
-    # Head-major layout [B, nKV, T*G, D] around the core: the score tensor then comes out of
-    # its products row-major with S last, so neither it nor its gradient is ever transposed;
-    # only the small q, k, v and output tensors are (`benchmarks/HISTORY.md`).
+    qh, kh, vh = _head_major(q, k, v, num_kv_heads)
+    return _token_major(_attend_core(qh, kh, vh, allowed, spans), t, num_kv_heads)
+
+
+def _head_major(q, k, v, num_kv_heads):
+    """``q [B, T, nH, D]`` -> ``[B, nKV, T*G, D]`` (row ``t*G + g``), ``k, v`` -> ``[B, nKV, S, D]``.
+
+    Head-major layout around the attention cores: the score tensor then comes out of its
+    products row-major with S last, so neither it nor its gradient is ever transposed; only
+    the small q, k, v and output tensors are (`benchmarks/HISTORY.md`).
+    """
+    b, t, n_heads, d = q.shape
     g = n_heads // num_kv_heads
     qh = q.reshape(b, t, num_kv_heads, g, d).transpose(0, 2, 1, 3, 4)
-    qh = qh.reshape(b, num_kv_heads, t * g, d)
-    out = _attend_core(qh, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), allowed, spans)
+    return qh.reshape(b, num_kv_heads, t * g, d), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+
+
+def _token_major(out: jax.Array, t: int, num_kv_heads: int) -> jax.Array:
+    """Inverse of :func:`_head_major` on the output: ``[B, nKV, T*G, D]`` -> ``[B, T, nH*D]``."""
+    b, _, rows, d = out.shape
+    g = rows // t
     out = out.reshape(b, num_kv_heads, t, g, d).transpose(0, 2, 1, 3, 4)
+    return out.reshape(b, t, num_kv_heads * g * d)
+
+
+# Tile edge of `attend_blockwise`, in query tokens and in keys. One fp32 score tile is
+# [B, nKV, 512 G, 512]; larger tiles run fewer, bigger products, smaller ones bound memory.
+ATTENTION_BLOCK = 512
+
+ATTENTION_IMPLS = ("xla", "blockwise", "cudnn", "auto")
+
+
+def _split_keys(x: jax.Array, s1: int, bk: int) -> jax.Array:
+    """Slots ``0..s1-1`` of axis 2 of ``x`` (``[B, K, S, D]`` keys or ``[B, T, S]`` mask),
+    zero/False-padded to ``n * bk`` and split into ``[n, ..., bk, ...]`` key blocks (the
+    leading axis is the scan's)."""
+    n = -(-s1 // bk)
+    x = x[:, :, :s1]
+    if n * bk > s1:
+        x = jnp.pad(x, ((0, 0), (0, 0), (0, n * bk - s1)) + ((0, 0),) * (x.ndim - 3))
+    return jnp.moveaxis(x.reshape(*x.shape[:2], n, bk, *x.shape[3:]), 2, 0)
+
+
+def _join_keys(x: jax.Array, s1: int) -> jax.Array:
+    """Inverse of :func:`_split_keys` on ``[n, B, K, bk, D]``: ``[B, K, s1, D]``."""
+    n, b, k, bk, d = x.shape
+    return jnp.moveaxis(x, 0, 2).reshape(b, k, n * bk, d)[:, :, :s1]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _blockwise_core(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    allowed: jax.Array,
+    spans: tuple[tuple[int, int, int], ...],
+    bk: int,
+) -> jax.Array:
+    out, _ = _blockwise_fwd(q, k, v, allowed, spans, bk)
+    return out
+
+
+def _blockwise_fwd(q, k, v, allowed, spans, bk):
+    # Per query span (t0, t1, s1): a scan over key blocks of 0..s1-1 carrying the running row
+    # max m, row sum den and unnormalised output acc (online softmax). m starts at the mask
+    # value, not -inf: a tile with no visible key then gives exp(0) = 1 terms that the first
+    # visible key's rescale exp(MASK_VALUE - m) wipes out, and a row that never sees a key
+    # stays finite (uniform over its tiles' keys).
+    f32 = jnp.float32
+    b, n_kv, _, d = q.shape
+    g = q.shape[2] // allowed.shape[1]
+    outs, ms, dens = [], [], []
+    for t0, t1, s1 in spans:
+        qi = q[:, :, t0 * g : t1 * g]
+        rows = qi.shape[2]
+        xs = (
+            _split_keys(k, s1, bk),
+            _split_keys(v, s1, bk),
+            _split_keys(allowed[:, t0:t1], s1, bk),
+        )
+
+        def body(carry, x, qi=qi):
+            m, den, acc = carry
+            kj, vj, aj = x
+            s = _scores(qi, kj, aj)
+            m_new = jnp.maximum(m, jnp.max(s, axis=-1, keepdims=True))
+            corr = jnp.exp(m - m_new)
+            e = jnp.exp(s - m_new)
+            den = den * corr + jnp.sum(e, axis=-1, keepdims=True)
+            pv = jnp.einsum("bkrs,bksd->bkrd", e.astype(v.dtype), vj, preferred_element_type=f32)
+            return (m_new, den, acc * corr + pv), None
+
+        init = (
+            jnp.full((b, n_kv, rows, 1), MASK_VALUE, f32),
+            jnp.zeros((b, n_kv, rows, 1), f32),
+            jnp.zeros((b, n_kv, rows, d), f32),
+        )
+        (m, den, acc), _ = jax.lax.scan(body, init, xs)
+        outs.append((acc / den).astype(v.dtype))
+        ms.append(m)
+        dens.append(den)
+    out, m, den = (jnp.concatenate(xs, axis=2) for xs in (outs, ms, dens))
+    return out, (q, k, v, allowed, m, den, out)
+
+
+def _blockwise_bwd(spans, bk, res, d_out):
+    # :func:`_attend_bwd` tile by tile: each key block's probabilities are recomputed from
+    # the saved row max and sum; dq is carried over the key blocks, dk and dv come out per
+    # block and are summed over the query spans.
+    q, k, v, allowed, m, den, out = res
+    f32 = jnp.float32
+    g = q.shape[2] // allowed.shape[1]
+    scale = q.shape[-1] ** -0.5
+    delta = jnp.sum(d_out.astype(f32) * out.astype(f32), axis=-1, keepdims=True)
+    d_out = d_out.astype(v.dtype)
+    dqs, dks, dvs = [], [], []
+    for t0, t1, s1 in spans:
+        rows = slice(t0 * g, t1 * g)
+        qi, do, mi, deni, di = (
+            q[:, :, rows],
+            d_out[:, :, rows],
+            m[:, :, rows],
+            den[:, :, rows],
+            delta[:, :, rows],
+        )
+        xs = (
+            _split_keys(k, s1, bk),
+            _split_keys(v, s1, bk),
+            _split_keys(allowed[:, t0:t1], s1, bk),
+        )
+
+        def body(dq, x, qi=qi, do=do, mi=mi, deni=deni, di=di):
+            kj, vj, aj = x
+            p = jnp.exp(_scores(qi, kj, aj) - mi) / deni
+            dv_j = _rows_t(do, p.astype(v.dtype))
+            dp = jnp.einsum("bkrd,bksd->bkrs", do, vj, preferred_element_type=f32)
+            ds = _masked(p * (dp - di) * scale, aj, 0.0).astype(q.dtype)
+            dq = dq + jnp.einsum("bkrs,bksd->bkrd", ds, kj, preferred_element_type=f32)
+            return dq, (_rows_t(qi, ds), dv_j)
+
+        dq, (dk_b, dv_b) = jax.lax.scan(body, jnp.zeros(qi.shape, f32), xs)
+        dqs.append(dq)
+        dks.append(_join_keys(dk_b, s1))
+        dvs.append(_join_keys(dv_b, s1))
+    dq = jnp.concatenate(dqs, axis=2)
+    dk, dv = _sum_key_prefixes(dks), _sum_key_prefixes(dvs)
+    d_allowed = np.zeros(allowed.shape, jax.dtypes.float0)
+    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), d_allowed
+
+
+_blockwise_core.defvjp(_blockwise_fwd, _blockwise_bwd)
+
+
+def attend_blockwise(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    allowed: jax.Array,
+    num_kv_heads: int,
+    *,
+    causal: bool = False,
+    block_size: int = ATTENTION_BLOCK,
+) -> jax.Array:
+    """:func:`attend` with memory bounded by one ``block_size x block_size`` score tile.
+
+    Queries are cut into blocks of ``block_size`` tokens and each block scans the keys in
+    blocks of ``block_size`` under an online softmax; the backward recomputes each tile's
+    probabilities from the saved fp32 row max and sum. Live scores are one fp32 tile
+    ``[B, nKV, block_size * G, block_size]`` instead of ``[B, nKV, T * G, S]``.
+
+    Args:
+      q, k, v, allowed, num_kv_heads: as :func:`attend`.
+      causal: promises ``allowed`` is causal with ``T == S``; each query block then scans
+        only the key blocks up to its last query.
+      block_size: tile edge in query tokens and in keys (> 0).
+
+    Returns:
+      ``[B, T, nH * D]`` in ``v``'s dtype, equal to :func:`attend` up to fp32 summation order
+      on every row that sees a key (scores and softmax fp32). A row that sees no key is
+      finite (uniform over the keys of its tiles), as in :func:`attend`, but not the same
+      row. Differentiable w.r.t. ``q``, ``k`` and ``v``.
+    """
+    b, t, n_heads, d = q.shape
+    s = k.shape[1]
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    if causal and s != t:
+        raise ValueError(f"causal needs as many keys as queries, got T={t}, S={s}")
+    bounds = list(range(0, t, block_size)) + [t]
+    spans = tuple((t0, t1, t1 if causal else s) for t0, t1 in zip(bounds, bounds[1:], strict=False))
+    qh, kh, vh = _head_major(q, k, v, num_kv_heads)
+    out = _blockwise_core(qh, kh, vh, allowed, spans, min(block_size, s))
+    return _token_major(out, t, num_kv_heads)
+
+
+def attend_dpa(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    allowed: jax.Array,
+    *,
+    implementation: str = "cudnn",
+) -> jax.Array:
+    """:func:`attend` through ``jax.nn.dot_product_attention`` (``"cudnn"``: its fused GPU
+    kernel; ``"xla"``: its reference lowering, for tests off GPU).
+
+    ``allowed`` enters as the boolean mask (cuDNN turns it into an additive bias
+    ``[B, 1, T, S]``; left-padded prompts rule out its sequence-length masks). A row with no
+    visible key is given key slot 0 instead, so that no kernel ever normalises an empty
+    row: such rows (left padding) are never read by a real row, but a NaN there would reach
+    real rows through ``0 * NaN`` in the next layer's products.
+
+    Args:
+      q, k, v, allowed: as :func:`attend` (GQA from the head counts of ``q`` and ``k``).
+      implementation: ``"cudnn"`` or ``"xla"``; cuDNN needs a GPU and 16-bit ``q, k, v``.
+
+    Returns:
+      ``[B, T, nH * D]`` in ``q``'s dtype, equal to :func:`attend` up to summation order on
+      every row that sees a key. Differentiable w.r.t. ``q``, ``k`` and ``v``.
+    """
+    b, t, n_heads, d = q.shape
+    blind = ~jnp.any(allowed, axis=-1)  # [B, T]
+    allowed = allowed.at[:, :, 0].set(allowed[:, :, 0] | blind)
+    out = jax.nn.dot_product_attention(
+        q, k, v, mask=allowed[:, None], implementation=implementation
+    )
     return out.reshape(b, t, n_heads * d)
+
+
+def resolve_attention(impl: str) -> str:
+    """``impl`` with ``"auto"`` resolved: ``"cudnn"`` on a GPU backend, else ``"blockwise"``."""
+    if impl not in ATTENTION_IMPLS:
+        raise ValueError(f"attention must be one of {ATTENTION_IMPLS}, got {impl!r}")
+    if impl == "auto":
+        return "cudnn" if jax.default_backend() == "gpu" else "blockwise"
+    return impl
+
+
+def attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    allowed: jax.Array,
+    num_kv_heads: int,
+    *,
+    impl: str = "xla",
+    causal_blocks: int = 1,
+    block_size: int = ATTENTION_BLOCK,
+) -> jax.Array:
+    """The attention named by ``impl`` (one of ``ATTENTION_IMPLS``), same arguments and result
+    as :func:`attend`.
+
+    ``"xla"``: :func:`attend` (whole fp32 scores per query block). ``"blockwise"``:
+    :func:`attend_blockwise`. ``"cudnn"``: :func:`attend_dpa` on cuDNN. ``"auto"``: cuDNN on
+    a GPU backend, else blockwise. ``causal_blocks > 1`` promises a causal ``allowed`` with
+    ``T == S``: ``attend`` splits its queries into that many blocks, ``attend_blockwise``
+    skips the key blocks after each query block. ``block_size``: blockwise's tile edge.
+    """
+    impl = resolve_attention(impl)
+    if impl == "xla":
+        return attend(q, k, v, allowed, num_kv_heads, causal_blocks=causal_blocks)
+    if impl == "blockwise":
+        return attend_blockwise(
+            q, k, v, allowed, num_kv_heads, causal=causal_blocks > 1, block_size=block_size
+        )
+    return attend_dpa(q, k, v, allowed, implementation="cudnn")
 
 
 @jax.custom_vjp

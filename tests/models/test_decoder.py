@@ -348,3 +348,76 @@ def test_decoder_module_round_trips_params_and_calls_forward():
 
     n_params = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
     assert n_params == sum(x.size for x in jax.tree.leaves(params))
+
+
+@pytest.mark.parametrize("family", ["qwen3", "phi3"])
+def test_blockwise_and_dpa_attention_equal_xla_in_prefill_and_decode(family):
+    """The memory-bounded attentions change only the summation order on real tokens: a
+    left-padded prefill (tiles of 4 over 9 tokens, causal skipping) and cached decode steps."""
+    extra = dict(partial_rotary_factor=0.5, sliding_window=5) if family == "phi3" else {}
+    cfg = _tiny(family, **extra)
+    params = _perturbed_params(cfg)
+    ids = jnp.asarray(np.random.RandomState(6).randint(1, cfg.vocab_size, (2, 9)))
+    mask = np.ones((2, 9), np.int32)
+    mask[0, :3] = 0
+    real = mask.astype(bool)
+    run = lambda **kw: np.asarray(jit_forward(params, cfg, ids, jnp.asarray(mask), **kw).logits)
+    ref = run()
+    for kw in (
+        dict(attention="blockwise", attention_block=4),
+        dict(attention="blockwise"),
+        dict(attention="auto", attention_block=4),  # CPU: blockwise
+    ):
+        np.testing.assert_allclose(run(**kw)[real], ref[real], atol=1e-5, rtol=0)
+    cache_mask = jnp.asarray(np.pad(mask, ((0, 0), (0, 3))))
+    out = jit_forward(
+        params,
+        cfg,
+        ids[:, :5],
+        cache_mask,
+        cache=KVCache.init(cfg, 2, 12),
+        cache_index=0,
+        attention="blockwise",
+        attention_block=4,
+    )
+    steps = [out.logits]
+    for i in range(5, 9):
+        out = jit_forward(
+            params,
+            cfg,
+            ids[:, i : i + 1],
+            cache_mask,
+            cache=out.cache,
+            cache_index=i,
+            attention="blockwise",
+            attention_block=4,
+        )
+        steps.append(out.logits)
+    inc = np.asarray(jnp.concatenate(steps, axis=1))
+    np.testing.assert_allclose(inc[real], ref[real], atol=1e-5, rtol=0)
+
+
+def test_remat_policies_give_the_same_values_and_grads():
+    """Every ``remat`` choice computes the same math; only XLA's fusion, so the fp32
+    rounding, differs between them."""
+    cfg = _tiny("qwen3")
+    params = _perturbed_params(cfg)
+    lora = _random_lora(cfg, n_agents=2)
+    ids = jnp.asarray(np.random.RandomState(7).randint(0, cfg.vocab_size, (2, 6)))
+    agents = jnp.asarray([1, 0])
+
+    def loss(lp, remat):
+        out = forward(params, cfg, ids, lora=(lora.replace(params=lp), agents), remat=remat)
+        return jnp.mean(jax.nn.log_softmax(out.logits)[..., 3])
+
+    grad = jax.jit(jax.value_and_grad(loss), static_argnums=1)
+    v0, g0 = grad(lora.params, True)
+    for remat in ("full", "dots", "dots_no_batch", False, "none"):
+        v, g = grad(lora.params, remat)
+        np.testing.assert_allclose(float(v), float(v0), rtol=1e-6)
+        for x, y in zip(jax.tree.leaves(g0), jax.tree.leaves(g), strict=True):
+            np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-6, rtol=1e-5)
+    with pytest.raises(ValueError, match="remat must be"):
+        forward(params, cfg, ids, remat="everything")
+    with pytest.raises(ValueError, match="attention must be"):
+        forward(params, cfg, ids, attention="flash")

@@ -8,7 +8,17 @@ import numpy as np
 import pytest
 from jax.extend.core import jaxprs_in_params
 
-from coevo_jax.models.ops import MASK_VALUE, attend, embed_rows, linear, silu_mul
+from coevo_jax.models.ops import (
+    MASK_VALUE,
+    attend,
+    attend_blockwise,
+    attend_dpa,
+    attention,
+    embed_rows,
+    linear,
+    resolve_attention,
+    silu_mul,
+)
 
 
 def _rounded(x):
@@ -173,6 +183,94 @@ def test_attend_saves_no_probabilities_for_the_backward(remat):
     shapes = {tuple(x.shape) for x in jax.tree.leaves(res) if hasattr(x, "shape")}
     # a stack of per-layer probabilities would be [3, 2, nKV, G, 16, 16] (>= 3 * 2 * 4 * 256)
     assert not any(s[-2:] == (16, 16) and np.prod(s) >= 3 * 2 * 4 * 256 for s in shapes), shapes
+
+
+def _padded_causal(t, n_pad=3):
+    """``[2, t, t]`` causal mask, batch 1 left-padded by ``n_pad`` (its first rows see no key)."""
+    causal = jnp.tril(jnp.ones((t, t), bool))
+    pad = jnp.arange(t)[None, :] >= jnp.array([[0], [n_pad]])
+    return causal[None] & pad[:, None, :]
+
+
+@pytest.mark.parametrize("block", [1, 4, 5, 64])
+@pytest.mark.parametrize("causal", [False, True])
+def test_blockwise_attention_equals_attend(block, causal):
+    """Values and gradients equal :func:`attend`'s up to fp32 summation order on every row
+    that sees a key, for tiles that divide T, do not, or hold all of it; blind rows finite."""
+    q, k, v, _, n_kv = _attention_inputs(4, t=13, s=13)
+    allowed = _padded_causal(13)
+    seen = np.asarray(allowed.any(-1))
+    g = jax.random.normal(jax.random.key(7), (2, 13, q.shape[2] * q.shape[3])) * seen[..., None]
+    blocked = lambda q, k, v: attend_blockwise(
+        q, k, v, allowed, n_kv, causal=causal, block_size=block
+    )
+    out, vjp = jax.vjp(blocked, q, k, v)
+    ref, ref_vjp = jax.vjp(lambda q, k, v: attend(q, k, v, allowed, n_kv, causal_blocks=4), q, k, v)
+    np.testing.assert_allclose(np.asarray(out)[seen], np.asarray(ref)[seen], rtol=1e-5, atol=1e-6)
+    for a, b in zip(vjp(g), ref_vjp(g), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    assert bool(jnp.isfinite(out).all())
+    assert all(bool(jnp.isfinite(x).all()) for x in vjp(jnp.ones_like(g)))
+
+
+def test_blockwise_attention_with_more_keys_than_queries_and_bf16():
+    """A cache-shaped call (T < S, arbitrary mask) in fp32, and bf16 dtypes kept."""
+    q, k, v, allowed, n_kv = _attention_inputs(5, t=5, s=11)
+    ref = attend(q, k, v, allowed, n_kv)
+    seen = np.asarray(allowed.any(-1))
+    out = attend_blockwise(q, k, v, allowed, n_kv, block_size=4)
+    np.testing.assert_allclose(np.asarray(out)[seen], np.asarray(ref)[seen], rtol=1e-5, atol=1e-6)
+    qb, kb, vb = (x.astype(jnp.bfloat16) for x in (q, k, v))
+    out = attend_blockwise(qb, kb, vb, allowed, n_kv, block_size=4)
+    assert out.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(out, np.float32)[seen], np.asarray(ref)[seen], atol=0.05)
+    f = lambda q, k, v: jnp.sum(attend_blockwise(q, k, v, allowed, n_kv, block_size=4))
+    assert [x.dtype for x in jax.grad(f, (0, 1, 2))(qb, kb, vb)] == [jnp.bfloat16] * 3
+    with pytest.raises(ValueError, match="as many keys as queries"):
+        attend_blockwise(q, k, v, allowed, n_kv, causal=True)
+
+
+def test_blockwise_attention_keeps_no_score_matrix_for_the_backward():
+    """Residuals hold q, k, v, the output and row statistics; no [T, S] scores, and no tile."""
+    q, k, v, _, n_kv = _attention_inputs(2, t=16, s=16)
+    allowed = _padded_causal(16)
+    f = lambda q: jnp.sum(attend_blockwise(q, k, v, allowed, n_kv, causal=True, block_size=4))
+    _, res = jax.linearize(f, q)
+    floats = [
+        x for x in jax.tree.leaves(res) if jnp.issubdtype(getattr(x, "dtype", None), jnp.floating)
+    ]
+    shapes = {tuple(x.shape) for x in floats}
+    # q/out [2, nKV, 32, D=8], k/v [2, nKV, 16, 8], row max/sum [2, nKV, 32, 1]: no key axis.
+    assert not any(s[-1] in (4, 16) for s in shapes), shapes
+
+
+def test_dpa_attention_equals_attend_on_seen_rows():
+    """``jax.nn.dot_product_attention`` (its XLA lowering here; cuDNN on GPU) under this
+    module's mask: GQA grouping and padding as :func:`attend`; blind rows finite."""
+    q, k, v, _, n_kv = _attention_inputs(6, t=9, s=9)
+    allowed = _padded_causal(9)
+    seen = np.asarray(allowed.any(-1))
+    g = jax.random.normal(jax.random.key(3), (2, 9, q.shape[2] * q.shape[3])) * seen[..., None]
+    out, vjp = jax.vjp(lambda q, k, v: attend_dpa(q, k, v, allowed, implementation="xla"), q, k, v)
+    ref, ref_vjp = jax.vjp(lambda q, k, v: attend(q, k, v, allowed, n_kv), q, k, v)
+    np.testing.assert_allclose(np.asarray(out)[seen], np.asarray(ref)[seen], rtol=1e-5, atol=1e-6)
+    for a, b in zip(vjp(g), ref_vjp(g), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    assert bool(jnp.isfinite(out).all())
+
+
+def test_attention_dispatch():
+    q, k, v, _, n_kv = _attention_inputs(7, t=8, s=8)
+    allowed = _padded_causal(8)
+    ref = attend(q, k, v, allowed, n_kv, causal_blocks=2)
+    np.testing.assert_array_equal(attention(q, k, v, allowed, n_kv, causal_blocks=2), ref)
+    if jax.default_backend() != "gpu":
+        assert resolve_attention("auto") == "blockwise"
+    blocked = attention(q, k, v, allowed, n_kv, impl="blockwise", causal_blocks=2, block_size=3)
+    seen = np.asarray(allowed.any(-1))
+    np.testing.assert_allclose(np.asarray(blocked)[seen], np.asarray(ref)[seen], atol=1e-6)
+    with pytest.raises(ValueError, match="attention must be one of"):
+        resolve_attention("flash")
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
