@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from coevo_jax.models.decoder import remat_name
+from coevo_jax.models.ops import ATTENTION_IMPLS
+
 LEVELS = ("sequence", "token")
 LOSS_TYPES = ("grpo", "dapo", "dr_grpo")
 BEHAVIOR_LOGPROBS = ("auto", "engine", "recompute")
@@ -43,7 +46,24 @@ class RLConfig:
         (``ceil(j T / length_buckets)``) that holds its longest completion, or not at all
         when it holds only padding rows (``coevo_jax.rl.buckets``). The result is the
         same; the step compiles once per width. 1 = every micro-batch at the full width.
-      remat: rematerialise decoder blocks in the backward pass.
+      remat: what the backward recomputes of each decoder block (``jax.checkpoint`` per
+        block): ``true`` / ``"full"`` (default) keeps only each block's input, ``false`` /
+        ``"none"`` keeps everything; ``"dots"`` / ``"dots_no_batch"`` are
+        ``jax.checkpoint_policies``' dots_saveable / dots_with_no_batch_dims_saveable. The
+        projections and attention are custom-VJP ops whose products those policies do not
+        see, so they keep little more than the LoRA products (``benchmarks/HISTORY.md``).
+        Same gradients under every choice (to fp32 rounding); memory and time differ.
+      logprob_chunk: > 0 forms the LM head's fp32 logits this many completion positions at a
+        time, each chunk recomputed in the backward (``rl.logprobs.token_logprobs``), so
+        that ``[rows, logprob_chunk, V]`` rather than ``[rows, T, V]`` logits are live; 0 =
+        all positions at once. Same result; used by the policy and reference passes.
+      attention: ``"xla"`` (default: whole fp32 scores per query block,
+        ``models.ops.attend``), ``"blockwise"`` (FlashAttention's schedule in XLA: one score
+        tile at a time), ``"cudnn"`` (``jax.nn.dot_product_attention``'s cuDNN kernel, GPU
+        and bf16 only) or ``"auto"`` (cuDNN on a GPU backend, else blockwise). Equal up to
+        fp32 summation order on every real token.
+      attention_block: tile edge (queries and keys) of ``"blockwise"`` attention: one fp32
+        score tile is ``[rows, heads, attention_block, attention_block]``.
       compute_dtype: ``"bfloat16"`` or ``"float32"`` activation dtype (log-softmax is fp32).
       matmul_dtype: ``"bfloat16"``, ``"float32"`` or None (= ``compute_dtype``): operand
         dtype of the projection and LM-head matmuls, accumulated in fp32. The step casts
@@ -94,7 +114,10 @@ class RLConfig:
     micro_batches: int = 1
     max_completion_length: int | None = None
     length_buckets: int = 1
-    remat: bool = True
+    remat: bool | str = True
+    logprob_chunk: int = 0
+    attention: str = "xla"
+    attention_block: int = 512
     compute_dtype: str = "bfloat16"
     matmul_dtype: str | None = None
     behavior_logprobs: str = "auto"
@@ -136,6 +159,13 @@ class RLConfig:
             )
         if self.length_buckets < 1:
             raise ValueError(f"length_buckets must be >= 1, got {self.length_buckets}")
+        remat_name(self.remat)  # raises ValueError naming the choices
+        if isinstance(self.logprob_chunk, bool) or self.logprob_chunk < 0:
+            raise ValueError(f"logprob_chunk must be an int >= 0, got {self.logprob_chunk!r}")
+        if self.attention not in ATTENTION_IMPLS:
+            raise ValueError(f"attention must be one of {ATTENTION_IMPLS}, got {self.attention!r}")
+        if self.attention_block < 1:
+            raise ValueError(f"attention_block must be >= 1, got {self.attention_block}")
         if self.compute_dtype not in ("bfloat16", "float32"):
             raise ValueError(
                 f"compute_dtype must be bfloat16 or float32, got {self.compute_dtype!r}"

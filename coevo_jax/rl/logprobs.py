@@ -24,6 +24,7 @@ from flax import struct
 
 from coevo_jax.lora.weights import LoRAWeights
 from coevo_jax.models import ModelConfig, forward
+from coevo_jax.models.ops import ATTENTION_BLOCK
 
 
 @struct.dataclass
@@ -237,10 +238,12 @@ def sequence_logprobs(
     lora_rng: jax.Array | None = None,
     compute_dtype: Any = jnp.bfloat16,
     matmul_dtype: Any = None,
-    remat: bool = False,
+    remat: bool | str = False,
     chunk_size: int = 0,
     with_entropy: bool = True,
     temperature: float = 1.0,
+    attention: str = "xla",
+    attention_block: int = ATTENTION_BLOCK,
 ) -> tuple[jax.Array, jax.Array | None]:
     """Per-token log-probs of ``batch.completion_ids``, each row under its own agent.
 
@@ -260,13 +263,16 @@ def sequence_logprobs(
       matmul_dtype: operand dtype of the projection and LM-head matmuls (fp32
         accumulation); None = ``compute_dtype``. Pass ``params`` already in this dtype: a
         frozen backbone is then not re-cast on every call.
-      remat: rematerialise decoder blocks in the backward pass.
+      remat: rematerialise decoder blocks in the backward pass (a bool or a policy name,
+        ``RLConfig.remat``).
       chunk_size: vocabulary projection chunking over T (see :func:`token_logprobs`).
       with_entropy: also return per-token entropies (no gradient).
       temperature: > 0; log-probs of ``softmax(logits / temperature)``, the distribution a
         sampler at that temperature draws from (before any top-p cut). The final hidden
         states are divided by it before the head matmul, which equals dividing the logits
         up to the rounding of the head's operand dtype.
+      attention, attention_block: the decoder's attention implementation and its tile edge
+        (``RLConfig.attention``, ``RLConfig.attention_block``).
 
     Returns:
       ``(logp, entropy)``: ``[B, T]`` float32 each (entropy None when not asked for), values
@@ -291,6 +297,8 @@ def sequence_logprobs(
         remat=remat,
         compute_dtype=compute_dtype,
         matmul_dtype=matmul_dtype,
+        attention=attention,
+        attention_block=attention_block,
     )
     hidden = out.hidden_states[cfg.num_layers][:, p_len - 1 : p_len - 1 + t_len]
     if temperature != 1.0:

@@ -137,7 +137,7 @@ def policy_gradients(
     *,
     model_cfg: ModelConfig,
     rl_cfg: RLConfig,
-    chunk_size: int = 0,
+    chunk_size: int | None = None,
 ) -> tuple[dict[str, Any], dict[str, jax.Array]]:
     """Accumulated gradients of the per-agent losses w.r.t. the adapter params.
 
@@ -154,7 +154,8 @@ def policy_gradients(
         rows need, rounded up to a bucket width.
       rng: PRNG key for LoRA dropout (unused when the dropout rate is 0).
       model_cfg, rl_cfg: static configs.
-      chunk_size: vocabulary-projection chunk over completion positions (0 = whole).
+      chunk_size: vocabulary-projection chunk over completion positions (0 = whole); None
+        = ``rl_cfg.logprob_chunk``. Used by the policy and the reference passes.
 
     Returns:
       ``(grads, metrics)``: grads with ``lora.params``' structure (fp32), and ``[N]`` float32
@@ -187,7 +188,7 @@ def policy_gradients(
         rng=rng,
         model_cfg=model_cfg,
         rl_cfg=rl_cfg,
-        chunk_size=chunk_size,
+        chunk_size=rl_cfg.logprob_chunk if chunk_size is None else chunk_size,
         compute_dtype=jnp.dtype(rl_cfg.compute_dtype),
         matmul_dtype=md,
         loss_kw=loss_kw,
@@ -332,6 +333,8 @@ class _MicroBatches:
             matmul_dtype=self.matmul_dtype,
             chunk_size=self.chunk_size,
             with_entropy=False,
+            attention=self.rl_cfg.attention,
+            attention_block=self.rl_cfg.attention_block,
         )
         return jax.lax.stop_gradient(ref_logp)
 
@@ -356,6 +359,8 @@ class _MicroBatches:
             matmul_dtype=self.matmul_dtype,
             remat=rl_cfg.remat,
             chunk_size=self.chunk_size,
+            attention=rl_cfg.attention,
+            attention_block=rl_cfg.attention_block,
         )
         old_logp, is_w = mb.old_logp, None
         if self.recompute_old:
@@ -421,7 +426,7 @@ def policy_step(
     *,
     model_cfg: ModelConfig,
     rl_cfg: RLConfig,
-    chunk_size: int = 0,
+    chunk_size: int | None = None,
 ) -> tuple[PolicyState, dict[str, jax.Array]]:
     """One optimisation step for every agent that has completion tokens in ``batch``.
 
@@ -448,16 +453,22 @@ def make_policy_step(
     model_cfg: ModelConfig,
     rl_cfg: RLConfig,
     *,
-    chunk_size: int = 0,
+    chunk_size: int | None = None,
     donate: bool = True,
     in_shardings: Any = None,
     out_shardings: Any = None,
 ):
-    """``policy_step`` under ``jax.jit`` with the configs bound.
+    """``policy_step`` under ``jax.jit`` with the configs bound, one per distinct arguments.
+
+    The jitted function is cached on all arguments when they are hashable (the configs are
+    frozen dataclasses; shardings that are None or hashable): equal arguments return the
+    same object, so a second Trainer built from the same configs reuses the first one's
+    compiled executables instead of tracing and compiling the step again. Unhashable
+    shardings (e.g. a pytree with dicts) get a fresh, uncached function.
 
     Args:
       model_cfg, rl_cfg: static configs.
-      chunk_size: see :func:`policy_step`.
+      chunk_size: see :func:`policy_gradients` (None = ``rl_cfg.logprob_chunk``).
       donate: donate the incoming state's buffers (the adapters and moments are updated in
         place; do not reuse the state passed in).
       in_shardings, out_shardings: optional ``jax.jit`` shardings for
@@ -466,6 +477,18 @@ def make_policy_step(
     Returns:
       ``step(state, params, batch) -> (state, metrics)``.
     """
+    chunk = rl_cfg.logprob_chunk if chunk_size is None else int(chunk_size)
+    key = (model_cfg, rl_cfg, chunk, bool(donate), in_shardings, out_shardings)
+    try:
+        hash(key)
+    except TypeError:
+        return _jit_policy_step.__wrapped__(*key)
+    return _jit_policy_step(*key)
+
+
+@functools.lru_cache(maxsize=16)
+def _jit_policy_step(model_cfg, rl_cfg, chunk_size, donate, in_shardings, out_shardings):
+    """The uncached body of :func:`make_policy_step` (positional, all resolved)."""
     fn = functools.partial(policy_step, model_cfg=model_cfg, rl_cfg=rl_cfg, chunk_size=chunk_size)
     kw = {}
     if in_shardings is not None:
