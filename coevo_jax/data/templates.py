@@ -1,7 +1,8 @@
 """Zero-shot, role-free prompt templates (the CERA-MoA paper, "Figure 4"; docs/design.md §9).
 
 A prompt is the raw problem plus one output-format line for its class; no system prompt,
-no persona, no few-shot examples:
+no persona, no few-shot examples. The line is the class's ``Domain.format`` in the domain
+registry (``coevo_jax.data.domains``); for the built-in classes:
 
 - math, reasoning: the final answer in ``\\boxed{}``;
 - code: one fenced python block, naming the function to write (call-form and assert-form
@@ -20,19 +21,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from coevo_jax.data import domains
+from coevo_jax.data.domains import (  # noqa: F401  (their old home; kept importable)
+    CODE_FN_FORMAT,
+    CODE_STDIO_FORMAT,
+    MATH_FORMAT,
+    REASONING_FORMAT,
+)
 from coevo_jax.data.record import Record
-
-# The CERA-MoA paper gives the format as "Answer: \boxed{XX}" (docs/design.md §9, Prompts).
-MATH_FORMAT = "Give your final answer in the form: Answer: \\boxed{XX}"
-REASONING_FORMAT = MATH_FORMAT
-CODE_FN_FORMAT = (
-    "Write the Python function `{fn_name}` and return the complete code in one "
-    "```python code block."
-)
-CODE_STDIO_FORMAT = (
-    "Write a Python program that reads the input from standard input and prints the answer "
-    "to standard output. Return the complete code in one ```python code block."
-)
 
 
 class ChatTokenizer(Protocol):
@@ -46,18 +42,12 @@ class ChatTokenizer(Protocol):
 
 
 def format_line(record: Record | Mapping[str, Any]) -> str | None:
-    """The one format instruction appended for this record's class (``None`` for ``if``)."""
+    """The one format instruction appended for this record's class (``None`` for ``if``).
+
+    Raises ``domains.UnknownClassError`` (a ``ValueError``) for an unregistered class.
+    """
     cls = record["class"]  # Record supports the JSON keys too
-    if cls == "math":
-        return MATH_FORMAT
-    if cls == "reasoning":
-        return REASONING_FORMAT
-    if cls == "code":
-        fn = record.get("fn_name")
-        return CODE_FN_FORMAT.format(fn_name=fn) if fn else CODE_STDIO_FORMAT
-    if cls == "if":
-        return None
-    raise ValueError(f"record {record.get('id')!r}: unknown class {cls!r}")
+    return domains.get(cls, record_id=record.get("id")).format_line(record)
 
 
 def render_prompt(record: Record | Mapping[str, Any]) -> str:
