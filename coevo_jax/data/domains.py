@@ -64,22 +64,25 @@ class Domain:
     Attributes:
       name: the value of a record's ``class``.
       verifier: ``"module:function"`` of its verifier.
+      format: the format line: a string, a function of the record (for lines that depend on
+        its fields), or ``None`` (the problem already says how to answer). It has no default,
+        so every entry states it.
       required: fields of :data:`VERIFIER_FIELDS` every record of the class carries.
-      format: the format line: a string, ``None`` (the problem already says how to answer),
-        or a function of the record (for lines that depend on its fields).
       votable: answers can be extracted, compared and voted on.
     """
 
     name: str
     verifier: str
+    format: FormatLine
     required: tuple[str, ...] = ()
-    format: FormatLine = None
     votable: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "required", tuple(self.required))
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
             raise ValueError(f"domain name must match {_NAME.pattern}, got {self.name!r}")
+        if not (self.format is None or isinstance(self.format, str) or callable(self.format)):
+            raise ValueError(f"domain {self.name!r}: format must be a str, a function or None")
         if not isinstance(self.verifier, str) or not _REF.fullmatch(self.verifier):
             raise ValueError(
                 f"domain {self.name!r}: verifier must be 'module:function', got {self.verifier!r}"
@@ -152,21 +155,15 @@ def _code_format(record: Mapping[str, Any]) -> str:
 
 
 for _domain in (
-    Domain(
-        "math",
-        "coevo_jax.rewards.math:verify",
-        required=("true_answer",),
-        format=MATH_FORMAT,
-        votable=True,
-    ),
-    Domain("code", "coevo_jax.rewards.code:verify", required=("test_cases",), format=_code_format),
+    Domain("math", "coevo_jax.rewards.math:verify", MATH_FORMAT, ("true_answer",), votable=True),
+    Domain("code", "coevo_jax.rewards.code:verify", _code_format, ("test_cases",)),
     # An IFEval prompt's own constraints are its format, so no line is added.
-    Domain("if", "coevo_jax.rewards.ifeval:verify", required=("instruction_id_list", "kwargs")),
+    Domain("if", "coevo_jax.rewards.ifeval:verify", None, ("instruction_id_list", "kwargs")),
     Domain(
         "reasoning",
         "coevo_jax.rewards.reasoning:verify",
-        required=("true_answer",),
-        format=REASONING_FORMAT,
+        REASONING_FORMAT,
+        ("true_answer",),
         votable=True,
     ),
 ):
