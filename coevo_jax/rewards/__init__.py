@@ -2,8 +2,10 @@
 
 ``score(record, completion)`` dispatches on the record's class; ``score_batch`` scores many
 items in a pool of killable worker processes. Each class also has its own module with a
-``score`` function (``math``, ``code``, ``ifeval``, ``reasoning``); ``length`` holds DAPO's
-soft overlong penalty (it imports JAX, so it is loaded only when asked for).
+``score`` function and a ``verify`` function of the common verifier signature (``math``,
+``code``, ``ifeval``, ``reasoning``); the domain registry (``coevo_jax.data.domains``) names
+each class's ``verify`` and ``verifiers`` binds the name to the function. ``length`` holds
+DAPO's soft overlong penalty (it imports JAX, so it is loaded only when asked for).
 """
 
 from coevo_jax.rewards.dispatch import (

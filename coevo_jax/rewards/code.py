@@ -27,9 +27,12 @@ import logging
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coevo_jax.rewards.sandbox import SandboxConfig, SandboxResult, run_program
+
+if TYPE_CHECKING:  # annotation only: dispatch imports the verifiers, not the other way round
+    from coevo_jax.rewards.dispatch import RewardConfig
 
 log = logging.getLogger(__name__)
 
@@ -269,3 +272,17 @@ def score(
     if strict:
         return float(all(verdicts))
     return sum(verdicts) / len(verdicts)
+
+
+def verify(
+    record: Mapping[str, Any], completion: str, *, config: RewardConfig, isolate: bool
+) -> float:
+    """The ``code`` domain's verifier (``coevo_jax.rewards.verifiers``): :func:`score` on the
+    record's ``test_cases`` and ``fn_name`` (the sandbox is its own isolation)."""
+    return score(
+        completion,
+        record.get("test_cases") or {},
+        fn_name=record.get("fn_name"),
+        timeout_s=config.code_timeout_s,
+        strict=config.code_strict,
+    )

@@ -1,6 +1,8 @@
 """One entry point for every verifier, and a batch scorer that never hangs the trainer.
 
-:func:`score` dispatches on the record's class (``math | code | if | reasoning``); a record is
+:func:`score` dispatches on the record's class through the domain registry
+(``coevo_jax.data.domains``; the built-ins are ``math | code | if | reasoning``) to the verifier
+it names (``coevo_jax.rewards.verifiers``); a class that is not registered raises. A record is
 a :class:`coevo_jax.data.Record` or any mapping with the same keys (``"class"`` or ``cls``).
 
 :func:`score_batch` runs items in a pool of worker processes that it owns (not
@@ -22,9 +24,13 @@ from collections.abc import Mapping, Sequence
 from multiprocessing.connection import wait
 from typing import Any
 
+from coevo_jax.data import domains
+from coevo_jax.rewards import verifiers
+
 log = logging.getLogger(__name__)
 
-CLASSES = ("math", "code", "if", "reasoning")
+# What a verifier receives: the record's JSON form (docs/design.md §9) as a plain dict.
+_RECORD_KEYS = ("id", "class", "problem", *domains.VERIFIER_FIELDS, "metadata")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +46,7 @@ class RewardConfig:
         line and without ``*``).
       grace_s: extra time before the batch pool kills a worker stuck on an item.
       if_timeout_s, reasoning_timeout_s: batch deadlines for those classes.
+      default_timeout_s: batch deadline of a class without a ``<class>_timeout_s`` field.
     """
 
     math_timeout_s: float = 5.0
@@ -50,6 +57,7 @@ class RewardConfig:
     grace_s: float = 5.0
     if_timeout_s: float = 10.0
     reasoning_timeout_s: float = 5.0
+    default_timeout_s: float = 5.0
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -58,12 +66,8 @@ class RewardConfig:
                 raise ValueError(f"RewardConfig.{f.name} must be > 0, got {v}")
 
     def timeout_for(self, cls: str) -> float:
-        return {
-            "math": self.math_timeout_s,
-            "code": self.code_timeout_s,
-            "if": self.if_timeout_s,
-            "reasoning": self.reasoning_timeout_s,
-        }.get(cls, self.reasoning_timeout_s)
+        """The batch deadline of class ``cls`` (before ``grace_s``)."""
+        return getattr(self, f"{cls}_timeout_s", self.default_timeout_s)
 
 
 def _field(record: Any, key: str) -> Any:
@@ -78,16 +82,24 @@ def _field(record: Any, key: str) -> Any:
 
 
 def record_class(record: Any) -> str:
+    """The record's class; ``domains.UnknownClassError`` (a ``ValueError``) names the record
+    and the class when it is not registered."""
     cls = _field(record, "class")
-    if cls not in CLASSES:
-        rid = _field(record, "id")
-        raise ValueError(f"record {rid!r}: field 'class' must be one of {CLASSES}, got {cls!r}")
-    return cls
+    return domains.get(cls, record_id=_field(record, "id")).name
 
 
 def _plain_record(record: Any) -> dict[str, Any]:
-    keys = ("id", "class", "true_answer", "test_cases", "fn_name", "instruction_id_list", "kwargs")
-    return {k: _field(record, k) for k in keys}
+    return {k: _field(record, k) for k in _RECORD_KEYS}
+
+
+def _run(
+    verify: verifiers.Verifier, rec: dict, completion: str, config: RewardConfig, *, isolate: bool
+) -> float:
+    try:
+        return float(verify(rec, completion, config=config, isolate=isolate))
+    except Exception as e:  # a verifier bug must cost one item, not the run
+        log.warning("reward: record %r (%s) failed to score: %s", rec["id"], rec["class"], e)
+        return 0.0
 
 
 def score(
@@ -95,50 +107,25 @@ def score(
 ) -> float:
     """The reward of ``completion`` for ``record``, in [0, 1]; errors in verification score 0.
 
-    A record whose class is unknown raises ``ValueError`` (that is a data bug, not a bad
-    completion).
+    A record whose class is not registered raises ``domains.UnknownClassError`` (a
+    ``ValueError``: that is a data bug, not a bad completion), and so does a registered class
+    whose verifier cannot be found (``verifiers.VerifierError``).
     """
-    cls = record_class(record)
-    try:
-        if cls == "math":
-            from coevo_jax.rewards import math as math_reward
-
-            return math_reward.score(
-                completion,
-                _field(record, "true_answer") or "",
-                timeout_s=config.math_timeout_s,
-                isolate=not _in_worker,
-            )
-        if cls == "reasoning":
-            from coevo_jax.rewards import reasoning
-
-            return reasoning.score(completion, _field(record, "true_answer") or "")
-        if cls == "code":
-            from coevo_jax.rewards import code
-
-            return code.score(
-                completion,
-                _field(record, "test_cases") or {},
-                fn_name=_field(record, "fn_name"),
-                timeout_s=config.code_timeout_s,
-                strict=config.code_strict,
-            )
-        from coevo_jax.rewards import ifeval
-
-        return ifeval.score(
-            completion,
-            list(_field(record, "instruction_id_list") or []),
-            [dict(k or {}) for k in (_field(record, "kwargs") or [])],
-            strict=config.if_strict,
-            loose=config.if_loose,
-        )
-    except Exception as e:  # a verifier bug must cost one item, not the run
-        log.warning("reward: record %r (%s) failed to score: %s", _field(record, "id"), cls, e)
-        return 0.0
+    rec = _plain_record(record)
+    verify = verifiers.verifier_for(record_class(record), record_id=rec["id"])
+    return _run(verify, rec, completion, config, isolate=not _in_worker)
 
 
 # --------------------------------------------------------------------------------------------
 # The batch pool.
+
+
+def _item(i: int, record: Any, completion: str | None) -> tuple[int, dict, str, str]:
+    """A pool work item: index, plain record, completion, the class's verifier path."""
+    rec = _plain_record(record)
+    cls = record_class(record)
+    verifiers.verifier_for(cls, record_id=rec["id"])  # fail here, not in a worker
+    return i, rec, completion or "", domains.get(cls).verifier
 
 
 def _worker_main(conn, config: RewardConfig) -> None:
@@ -149,9 +136,14 @@ def _worker_main(conn, config: RewardConfig) -> None:
             return
         if msg is None:
             return
-        idx, record, completion = msg
-        value = score(record, completion, config=config, _in_worker=True)
-        conn.send((idx, value))
+        idx, rec, completion, ref = msg
+        try:
+            verify = verifiers.resolve(ref)
+        except verifiers.VerifierError as e:  # resolved in the parent, so not expected here
+            log.warning("reward: record %r: %s", rec["id"], e)
+            conn.send((idx, 0.0))
+            continue
+        conn.send((idx, _run(verify, rec, completion, config, isolate=False)))
 
 
 class _Worker:
@@ -206,10 +198,9 @@ class RewardPool:
         results = [0.0] * n
         if n == 0:
             return results
-        pending = deque(
-            (i, _plain_record(r), completions[i] or "", record_class(r))
-            for i, r in enumerate(records)
-        )
+        # Every class is looked up (and its verifier imported) here, before any work starts,
+        # so an unknown class or a broken verifier path fails the call loudly.
+        pending = deque(_item(i, r, completions[i]) for i, r in enumerate(records))
         pool, config = self._workers, self.config
         bar = None
         if progress:
@@ -221,10 +212,11 @@ class RewardPool:
             while done < n:
                 for w in pool:
                     if w.item is None and pending:
-                        i, rec, comp, cls = pending.popleft()
+                        i, rec, comp, ref = pending.popleft()
                         w.item = i
-                        w.deadline = time.monotonic() + config.timeout_for(cls) + config.grace_s
-                        w.conn.send((i, rec, comp))
+                        deadline = config.timeout_for(rec["class"]) + config.grace_s
+                        w.deadline = time.monotonic() + deadline
+                        w.conn.send((i, rec, comp, ref))
                 busy = [w for w in pool if w.item is not None]
                 timeout = max(0.0, min(w.deadline for w in busy) - time.monotonic())
                 ready = wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout)

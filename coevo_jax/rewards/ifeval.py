@@ -35,7 +35,10 @@ import tempfile
 import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotation only: dispatch imports the verifiers, not the other way round
+    from coevo_jax.rewards.dispatch import RewardConfig
 
 _IFEVAL_MODULES = ("instructions_util", "instructions", "instructions_registry")
 
@@ -245,3 +248,17 @@ def score(
     if strict:
         return float(all(flags))
     return sum(flags) / len(flags)
+
+
+def verify(
+    record: Mapping[str, Any], completion: str, *, config: RewardConfig, isolate: bool
+) -> float:
+    """The ``if`` domain's verifier (``coevo_jax.rewards.verifiers``): :func:`score` on the
+    record's ``instruction_id_list`` and ``kwargs``, strict or loose as ``config`` says."""
+    return score(
+        completion,
+        list(record.get("instruction_id_list") or []),
+        [dict(k or {}) for k in (record.get("kwargs") or [])],
+        strict=config.if_strict,
+        loose=config.if_loose,
+    )

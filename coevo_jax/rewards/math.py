@@ -34,9 +34,14 @@ from __future__ import annotations
 import cmath
 import functools
 import re
+from collections.abc import Mapping
 from fractions import Fraction
+from typing import TYPE_CHECKING, Any
 
 from coevo_jax.rewards._isolate import call_with_timeout
+
+if TYPE_CHECKING:  # annotation only: dispatch imports the verifiers, not the other way round
+    from coevo_jax.rewards.dispatch import RewardConfig
 
 MAX_SYMPY_CHARS = 1000
 
@@ -481,3 +486,12 @@ def score(completion: str, gold: str, *, timeout_s: float = 5.0, isolate: bool =
     _warm()
     status, value = call_with_timeout(symbolic_equal, (pred, gold), timeout_s=timeout_s)
     return 1.0 if status == "ok" and value else 0.0
+
+
+def verify(
+    record: Mapping[str, Any], completion: str, *, config: RewardConfig, isolate: bool
+) -> float:
+    """The ``math`` domain's verifier (``coevo_jax.rewards.verifiers``): :func:`score`
+    against the record's ``true_answer`` under ``config.math_timeout_s``."""
+    gold = record.get("true_answer") or ""
+    return score(completion, gold, timeout_s=config.math_timeout_s, isolate=isolate)

@@ -9,8 +9,13 @@ exact match. ``(a)``, ``A`` and ``\\text{(A)}`` are one answer; ``True`` and ``t
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from coevo_jax.rewards.math import last_boxed
+
+if TYPE_CHECKING:  # annotation only: dispatch imports the verifiers, not the other way round
+    from coevo_jax.rewards.dispatch import RewardConfig
 
 _WRAP = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
 _PREFIX = re.compile(r"^\s*(?:the\s+)?(?:final\s+)?answer\s*(?:is)?\s*[:：]?\s*", re.IGNORECASE)
@@ -52,3 +57,11 @@ def score(completion: str, gold: str) -> float:
         return 0.0
     p = normalize(pred)
     return float(bool(p) and p == normalize(gold))
+
+
+def verify(
+    record: Mapping[str, Any], completion: str, *, config: RewardConfig, isolate: bool
+) -> float:
+    """The ``reasoning`` domain's verifier (``coevo_jax.rewards.verifiers``): :func:`score`
+    against the record's ``true_answer``; it needs no clock of its own."""
+    return score(completion, record.get("true_answer") or "")
