@@ -4,6 +4,7 @@ Checkable classes (math, reasoning, multiple choice) group the activated agents 
 extracted final answer and weigh each group by the sum of its members' familiarity ``f``; the
 output is the *full trajectory* of the most familiar agent in the heaviest group. Open-ended
 classes (code, instruction following) output the activated agent with the largest ``f``.
+Which is which is the domain registry's ``votable`` flag (``coevo_jax.data.domains``).
 
 Our reading where the papers are silent:
 - ties between groups go to the group holding the single most familiar agent, then to the
@@ -17,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-CHECKABLE_CLASSES = ("math", "reasoning")
+from coevo_jax.data import domains
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,14 +78,14 @@ def aggregate(
     f: Sequence[float],
     extract: Callable[[str], str | None],
 ) -> Aggregate:
-    """Dispatches on the record class: vote for checkable classes, most familiar otherwise.
+    """Dispatches on the record class: vote where its domain is ``votable``, else most familiar.
 
     Args:
-      klass: the record class (math | code | if | reasoning).
+      klass: the record class (a registered domain; ``domains.UnknownClassError`` otherwise).
       completions: one completion per activated agent.
       f: their familiarity values.
       extract: completion -> normalised final answer or None (the verifier's extractor).
     """
-    if klass in CHECKABLE_CLASSES:
+    if domains.get(klass).votable:
         return familiarity_weighted_vote([extract(c) for c in completions], f)
     return Aggregate(index=most_familiar(f), answer=None, weights={})

@@ -1,7 +1,8 @@
 """The FlyRoute benchmark built from the project's offline data.
 
-One expert agent per record class (math, code, instruction following, reasoning); the gold
-route of a record is the agent of its class. Each agent registers with a short, deliberately
+One expert agent per record class (by default every class of the domain registry,
+``coevo_jax.data.domains``: math, code, instruction following, reasoning); the gold route of a
+record is the agent of its class. Each agent registers with a short, deliberately
 rough seed description and ``k`` seed queries (the FlyRoute paper: k = 5) drawn from its class; the
 rest of each class is split into a training stream (replayed in an interleaved, seeded order)
 and a held-out test set.
@@ -10,6 +11,10 @@ Records are unified records (docs/design.md §9): mappings with ``id``, ``class`
 (objects with those attributes, ``class`` spelt ``class_`` or ``cls``, also work). The
 query text is the raw problem, never a class-specific prompt template, which would leak the
 route. Gold labels live only in :class:`LabeledQuery`, beside the :class:`Query`.
+
+The agent names, seed descriptions and agent prompts below are this benchmark's settings for
+the built-in classes. Another registered class gets an agent named after it, no seed
+description, and a prompt of the query plus its domain's format line when that line is fixed.
 """
 
 from __future__ import annotations
@@ -23,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from coevo_jax._errors import UserError
+from coevo_jax.data import domains
 from coevo_jax.data.offline import build_offline
 from coevo_jax.orchestrators.flyroute.profiles import ProfileStore
 from coevo_jax.orchestrators.flyroute.query import Query
 
-CLASSES = ("math", "code", "if", "reasoning")
 # "if" would be matched in any English reply, so its agent gets a distinct name.
 AGENT_FOR_CLASS = {"math": "math", "code": "code", "if": "instructions", "reasoning": "reasoning"}
 SEED_DESCRIPTIONS = {
@@ -70,6 +75,21 @@ class AgentSpec:
     name: str
     description: str | None
     seed_queries: tuple[str, ...]
+    domain: str | None = None  # the record class it serves
+
+
+def agent_name(cls: str) -> str:
+    """The agent that serves class ``cls``."""
+    return AGENT_FOR_CLASS.get(cls, cls)
+
+
+def agent_template(cls: str) -> str:
+    """The agent prompt for class ``cls`` (see the module docstring)."""
+    name = agent_name(cls)
+    if name in AGENT_TEMPLATES:
+        return AGENT_TEMPLATES[name]
+    fmt = domains.get(cls).format
+    return "{query}" if fmt is None or callable(fmt) else f"{{query}}\n\n{fmt}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,8 +109,8 @@ class Benchmark:
 
     @property
     def agent_templates(self) -> dict[str, str]:
-        """Each agent's own prompt template (see :data:`AGENT_TEMPLATES`)."""
-        return {a.name: AGENT_TEMPLATES[a.name] for a in self.agents}
+        """Each agent's own prompt template (see :func:`agent_template`)."""
+        return {a.name: agent_template(a.domain or a.name) for a in self.agents}
 
     def register(self, store: ProfileStore) -> ProfileStore:
         """Registers every agent of the benchmark in ``store``; returns it."""
@@ -154,6 +174,13 @@ def _validate(rec: Any, where: str) -> None:
             raise BenchmarkDataError(f"{where}: field {field!r} missing or not a non-empty string")
 
 
+def _registered(cls: str, rid: str, index: int) -> None:
+    try:
+        domains.get(cls, record_id=rid)
+    except domains.UnknownClassError as e:
+        raise BenchmarkDataError(f"record {index}: {e}") from None
+
+
 def build_benchmark(
     records: Iterable[Any],
     *,
@@ -161,32 +188,35 @@ def build_benchmark(
     test_fraction: float = 0.3,
     max_train_per_class: int | None = None,
     max_test_per_class: int | None = None,
-    classes: Sequence[str] = CLASSES,
+    classes: Sequence[str] | None = None,
     seed: int = 0,
 ) -> Benchmark:
     """Builds the benchmark (deterministic for a given record order and seed).
 
     Args:
-      records: unified records; classes outside ``classes`` are ignored.
+      records: unified records; registered classes outside ``classes`` are ignored.
       k: seed queries per agent.
       test_fraction: share of each class (after seeds) held out for testing.
       max_train_per_class, max_test_per_class: optional caps (CPU-sized runs).
-      classes: the record classes that get an agent.
+      classes: the record classes that get an agent (default: every registered class).
       seed: shuffling seed.
 
     Raises:
-      BenchmarkDataError: a malformed record, a duplicate id, or a class with too few records.
+      BenchmarkDataError: a malformed record, a record or ``classes`` entry whose class is
+        not registered, a duplicate id, or a class with too few records.
     """
     if not 0.0 < test_fraction < 1.0:
         raise BenchmarkDataError(f"test_fraction must be in (0, 1), got {test_fraction}")
-    unknown = [c for c in classes if c not in AGENT_FOR_CLASS]
+    classes = domains.names() if classes is None else tuple(classes)
+    unknown = [c for c in classes if c not in domains.names()]
     if unknown:
-        raise BenchmarkDataError(f"unknown class(es) {unknown}; known: {list(AGENT_FOR_CLASS)}")
+        raise BenchmarkDataError(f"unknown class(es) {unknown}; known: {list(domains.names())}")
     by_class: dict[str, list[Any]] = {c: [] for c in classes}
     by_id: dict[str, Any] = {}
     for i, rec in enumerate(records):
         _validate(rec, f"record {i}")
         rid, cls = _get(rec, "id"), _get(rec, "class")
+        _registered(cls, rid, i)
         if rid in by_id:
             raise BenchmarkDataError(f"record {i}: duplicate id {rid!r}")
         by_id[rid] = rec
@@ -210,10 +240,9 @@ def build_benchmark(
             tst = tst[:max_test_per_class]
         if max_train_per_class is not None:
             trn = trn[:max_train_per_class]
-        name = AGENT_FOR_CLASS[cls]
-        agents.append(
-            AgentSpec(name, SEED_DESCRIPTIONS[cls], tuple(_get(r, "problem") for r in seeds))
-        )
+        name = agent_name(cls)
+        seed_queries = tuple(_get(r, "problem") for r in seeds)
+        agents.append(AgentSpec(name, SEED_DESCRIPTIONS.get(cls), seed_queries, cls))
         lab = lambda r, name=name, cls=cls: LabeledQuery(
             Query(_get(r, "id"), _get(r, "problem")), name, cls
         )
@@ -227,7 +256,7 @@ def build_benchmark(
         "test_fraction": test_fraction,
         "seed": seed,
         "classes": list(classes),
-        "agents": {c: AGENT_FOR_CLASS[c] for c in classes},
+        "agents": {c: agent_name(c) for c in classes},
         "counts": counts,
         "ids_sha256_16": digest,
     }
