@@ -5,6 +5,7 @@ import pytest
 
 from coevo_jax.orchestrators.flyroute.bench_data import (
     AGENT_FOR_CLASS,
+    AGENT_TEMPLATES,
     BenchmarkDataError,
     build_benchmark,
     load_records_jsonl,
@@ -94,3 +95,20 @@ def test_offline_records_from_the_data_package():
     assert [a.name for a in b.agents] == ["instructions", "reasoning"]
     assert len(b.train) == 20 and len(b.test) == 8
     assert {it.domain for it in b.test} == {"if", "reasoning"}
+
+
+def test_classes_come_from_the_domain_registry():
+    from coevo_jax.data import domains
+
+    recs = make_records(8)
+    toy = [{"id": f"toy-{i}", "class": "toy", "problem": f"Say word {i}."} for i in range(8)]
+    entry = domains.Domain("toy", "toy_verifier:verify", "Answer in capitals.", ("true_answer",))
+    with domains.registered(entry):
+        b = build_benchmark(recs + toy, k=5)
+        assert [a.name for a in b.agents] == ["math", "code", "instructions", "reasoning", "toy"]
+        assert b.agents[-1].description is None and b.agents[-1].domain == "toy"
+        assert b.agent_templates["toy"] == "{query}\n\nAnswer in capitals."
+        assert b.agent_templates["math"] == AGENT_TEMPLATES["math"]
+    bad = recs + [{"id": "p-1", "class": "poetry", "problem": "A poem."}]
+    with pytest.raises(BenchmarkDataError, match="record 32: record 'p-1': unknown record class"):
+        build_benchmark(bad)
