@@ -78,6 +78,11 @@ def _env(names: Sequence[str]) -> str | None:
     return None
 
 
+def _heartbeat() -> dict[str, int]:
+    value = os.environ.get("COEVO_HEARTBEAT_TIMEOUT_S")
+    return {"heartbeat_timeout_seconds": int(value)} if value else {}
+
+
 def initialize_distributed() -> bool:
     """Starts ``jax.distributed`` for a multi-host run, from the launcher's environment.
 
@@ -87,6 +92,11 @@ def initialize_distributed() -> bool:
     ``JAX_PROCESS_ID``/``PROCESS_ID``/``RANK``. Without those but inside SLURM, Open MPI or a TPU
     pod it lets JAX auto-detect the cluster. Otherwise (a single process) it does nothing.
     Calling it twice is harmless.
+
+    ``COEVO_HEARTBEAT_TIMEOUT_S`` (default JAX's, 100 s) bounds how long a process that is
+    not inside a collective keeps running after a peer died: the coordination service then
+    stops it. A process inside a collective learns of a dead peer at once (its collective
+    fails; ``train.distributed.peer_guard``).
 
     Returns:
       True when the process is part of an initialised multi-process run.
@@ -107,10 +117,13 @@ def initialize_distributed() -> bool:
         if int(nproc) <= 1:
             return False
         jax.distributed.initialize(
-            coordinator_address=coord, num_processes=int(nproc), process_id=int(pid)
+            coordinator_address=coord,
+            num_processes=int(nproc),
+            process_id=int(pid),
+            **_heartbeat(),
         )
     elif _env(_CLUSTER_VARS) is not None:
-        jax.distributed.initialize()
+        jax.distributed.initialize(**_heartbeat())
     else:
         return False
     log.info("jax.distributed: process %d of %d", jax.process_index(), jax.process_count())

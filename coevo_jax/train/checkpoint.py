@@ -12,6 +12,13 @@ then ``LATEST`` is replaced atomically: a kill at any point leaves the previous 
 intact and findable. ``LATEST`` names the newest checkpoint for people and tools; resume
 takes the newest complete directory, which a kill between the two replaces leaves one
 ahead of ``LATEST``.
+
+In a multi-process run every process calls :func:`save_checkpoint`, as multi-host orbax
+expects: each writes the shards of the global arrays it holds into the same temporary
+directory (its name is a function of the round, so every process agrees on it), and
+process 0 alone writes ``state.json``, publishes and prunes, between barriers. Restoring
+reads every array whole into host memory on every process (:func:`load_checkpoint`); the
+caller places them on its mesh, so a run resumes on any layout of the same state.
 """
 
 from __future__ import annotations
@@ -30,17 +37,33 @@ import orbax.checkpoint as ocp
 LATEST = "LATEST"
 
 
-def _checkpointer() -> ocp.Checkpointer:
-    if jax.process_count() == 1:
+def _checkpointer(every_process: bool = True) -> ocp.Checkpointer:
+    """Orbax's checkpointer: saves are collective over every process (the default); a read
+    that each process makes on its own (``every_process=False``) tells orbax this process is
+    alone, or it would wait at a barrier for peers that never call it."""
+    if every_process or jax.process_count() == 1:
         return ocp.PyTreeCheckpointer()
-    # Multi-host runs write from process 0 alone and every process restores on its own (the
-    # state is host-side numpy): tell orbax each process is alone, or a save waits at a
-    # barrier for peers that never call it.
     me = jax.process_index()
     opts = ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me})
     return ocp.Checkpointer(
         ocp.PyTreeCheckpointHandler(multiprocessing_options=opts), multiprocessing_options=opts
     )
+
+
+def _barrier(name: str) -> None:
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
+def _restore_host(path: Path) -> dict[str, np.ndarray]:
+    """Every array of ``path`` (an orbax flat dict) whole, as numpy, read by this process
+    alone."""
+    ckptr = _checkpointer(every_process=False)
+    keys = ckptr.metadata(path).item_metadata.tree
+    args = {k: ocp.RestoreArgs(restore_type=np.ndarray) for k in keys}
+    return ckptr.restore(path, restore_args=args)
 
 
 def _round_dir(root: Path, round_idx: int) -> Path:
@@ -53,33 +76,51 @@ def save_checkpoint(
     """Writes checkpoint ``round_idx`` atomically and prunes all but the newest ``keep``.
 
     Args:
-      root: the run's ``checkpoints`` directory.
+      root: the run's ``checkpoints`` directory (on a filesystem every process sees).
       round_idx: the number of completed rounds this state follows.
-      arrays: a pytree of arrays (device or host).
-      host_state: JSON-serialisable host state.
+      arrays: a pytree of arrays: device arrays (global ones in a multi-process run, every
+        process passing the same structure) or host arrays.
+      host_state: JSON-serialisable host state (process 0's is written).
+
+    Returns:
+      The published checkpoint directory.
     """
     root = Path(root).resolve()  # orbax refuses relative paths
-    root.mkdir(parents=True, exist_ok=True)
-    leaves = jax.tree.leaves(arrays)
-    flat = {f"{i:05d}": np.asarray(jax.device_get(x)) for i, x in enumerate(leaves)}
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp_round_", dir=root))
+    primary = jax.process_index() == 0
+    flat = {f"{i:05d}": x for i, x in enumerate(jax.tree.leaves(arrays))}
+    if jax.process_count() == 1:
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp_round_", dir=_mkdir(root)))
+    else:  # every process must name the same directory
+        tmp = root / f".tmp_round_{round_idx:06d}"
+        if primary:
+            shutil.rmtree(tmp, ignore_errors=True)
+            _mkdir(tmp)
+        _barrier(f"coevo_ckpt_start_{round_idx}")
+    final = _round_dir(root, round_idx)
     try:
-        ckptr = _checkpointer()
-        ckptr.save(tmp / "arrays", flat)
-        (tmp / "state.json").write_text(json.dumps(host_state))
-        final = _round_dir(root, round_idx)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        _checkpointer().save(tmp / "arrays", flat)
+        if primary:
+            (tmp / "state.json").write_text(json.dumps(host_state))
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if primary:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
-    latest_tmp = root / f".{LATEST}.tmp"
-    latest_tmp.write_text(final.name)
-    os.replace(latest_tmp, root / LATEST)
-    for old in sorted(p for p in root.glob("round_*") if p.is_dir())[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+    if primary:
+        latest_tmp = root / f".{LATEST}.tmp"
+        latest_tmp.write_text(final.name)
+        os.replace(latest_tmp, root / LATEST)
+        for old in sorted(p for p in root.glob("round_*") if p.is_dir())[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    _barrier(f"coevo_ckpt_done_{round_idx}")  # nobody reads or saves again before it is out
     return final
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def latest_checkpoint(root: str | os.PathLike) -> Path | None:
@@ -91,7 +132,7 @@ def latest_checkpoint(root: str | os.PathLike) -> Path | None:
 def checkpoint_shapes(path: str | os.PathLike) -> list[tuple[int, ...]]:
     """The shapes of a checkpoint's arrays, in the leaf order of the state it was saved from
     (for a caller that must build a template for a layout it does not know)."""
-    flat = _checkpointer().restore(Path(path).resolve() / "arrays")
+    flat = _restore_host(Path(path).resolve() / "arrays")
     return [tuple(np.shape(flat[k])) for k in sorted(flat)]
 
 
@@ -103,7 +144,7 @@ def load_checkpoint(path: str | os.PathLike, template: Any) -> tuple[Any, dict]:
     """
     path = Path(path).resolve()
     leaves, treedef = jax.tree.flatten(template)
-    flat = _checkpointer().restore(path / "arrays")
+    flat = _restore_host(path / "arrays")
     if len(flat) != len(leaves):
         raise ValueError(
             f"{path}: holds {len(flat)} arrays, the run's state has {len(leaves)}; was the config changed?"

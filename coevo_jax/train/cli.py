@@ -148,6 +148,8 @@ def main(args: argparse.Namespace) -> int:
     # Before anything touches a device: a multi-host launch (JAX_COORDINATOR_ADDRESS,
     # JAX_NUM_PROCESSES, JAX_PROCESS_ID or torchrun/SLURM/MPI variables) joins its peers here.
     initialize_distributed()
+    from coevo_jax.train.distributed import PeerLost, exit_for_peer_loss
+
     trainer = _start(cfg, run_dir, progress=not args.no_progress)
     try:
         if args.resume:
@@ -158,6 +160,8 @@ def main(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         rows = trainer.run()
         dt = time.perf_counter() - t0
+    except PeerLost as e:  # a peer died: say so and stop now, not at the shutdown barrier
+        exit_for_peer_loss(e)
     finally:
         trainer.close()
     _print_summary(trainer, rows, dt, run_dir)

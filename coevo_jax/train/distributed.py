@@ -155,11 +155,17 @@ def shard_group(group: Any, mesh: Mesh, rl_cfg: Any) -> None:
     group.mesh = mesh
     shard_backbone(group.backbone, mesh)
     group.policy = replicate(group.policy, mesh)
-    state_sh = jax.tree.map(lambda _: replicated(mesh), group.policy)
+    group.step_fn = mesh_policy_step(group.backbone.cfg, rl_cfg, group.policy, mesh)
+
+
+def mesh_policy_step(model_cfg: Any, rl_cfg: Any, policy: Any, mesh: Mesh) -> MeshStep:
+    """The policy step a mesh run calls: state replicated in and out, traced under ``mesh``
+    (``policy`` gives the state's structure; arrays or ``ShapeDtypeStruct`` both do)."""
+    state_sh = jax.tree.map(lambda _: replicated(mesh), policy)
     step = make_policy_step(
-        group.backbone.cfg, rl_cfg, donate=True, out_shardings=(state_sh, replicated(mesh))
+        model_cfg, rl_cfg, donate=True, out_shardings=(state_sh, replicated(mesh))
     )
-    group.step_fn = MeshStep(step, mesh)
+    return MeshStep(step, mesh)
 
 
 def place_batch(batch: Any, mesh: Mesh) -> Any:
@@ -167,13 +173,29 @@ def place_batch(batch: Any, mesh: Mesh) -> Any:
     return jax.tree.map(lambda x: place(np.asarray(x), batch_sharding(np.shape(x), mesh)), batch)
 
 
-def broadcast_object(obj: Any) -> Any:
-    """Process 0's ``obj`` on every process (any picklable value; others pass anything).
+def to_host(x: Any) -> np.ndarray:
+    """``x`` as numpy on this process; an array sharded over several processes is gathered
+    (a collective: every process must call it)."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        from jax.experimental import multihost_utils
 
-    Two collectives: the payload length, then the payload as a uint8 array.
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
+
+
+def broadcast_object(obj: Any) -> tuple[Any, int]:
+    """``(process 0's obj, payload bytes)`` on every process (any picklable value; the
+    others pass anything).
+
+    Two collectives: the payload length, then the payload as one uint8 array. Why pickle and
+    not arrays: a round's payload is ragged host data (per-trajectory token and log-prob
+    lists of varying length, query ids, failure names), so an array encoding would be a
+    hand-written serializer sending the same bytes in the same one collective; every process
+    runs the same code, so pickle's format is shared. The loop logs the bytes and seconds of
+    each round's broadcast (``broadcast`` in ``metrics.jsonl``).
     """
     if jax.process_count() == 1:
-        return obj
+        return obj, 0
     from jax.experimental import multihost_utils
 
     data = np.frombuffer(pickle.dumps(obj), np.uint8) if is_driver() else np.zeros(0, np.uint8)
@@ -182,4 +204,39 @@ def broadcast_object(obj: Any) -> Any:
     if is_driver():
         buf[:] = data
     buf = np.asarray(multihost_utils.broadcast_one_to_all(buf))
-    return pickle.loads(buf.tobytes())
+    return pickle.loads(buf.tobytes()), n
+
+
+class PeerLost(RuntimeError):
+    """A collective of a multi-process run failed: another process of the run stopped."""
+
+
+@contextlib.contextmanager
+def peer_guard():
+    """Turns the runtime error a collective raises when a peer process has died (gloo:
+    "Connection closed by peer"; NCCL and the coordination service likewise) into
+    :class:`PeerLost`, naming this process. Single-process errors pass unchanged."""
+    try:
+        yield
+    except jax.errors.JaxRuntimeError as e:
+        if jax.process_count() == 1:
+            raise
+        first = str(e).strip().splitlines()[0][:300]
+        raise PeerLost(
+            f"process {jax.process_index()} of {jax.process_count()}: a collective failed, so "
+            f"another process of this multi-host run has stopped (see its log): {first}"
+        ) from e
+
+
+def exit_for_peer_loss(err: PeerLost, code: int = 3) -> None:
+    """Prints ``err`` as one line and ends the process at once.
+
+    A normal interpreter exit would wait at ``jax.distributed``'s shutdown barrier for the
+    dead peer (up to the heartbeat timeout) and then abort with a native stack trace.
+    """
+    import os
+    import sys
+
+    print(f"error: {err}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(code)

@@ -32,7 +32,7 @@ from coevo_jax.rl.correction import logprob_gap
 from coevo_jax.rl.logprobs import PolicyBatch, sequence_logprobs
 from coevo_jax.train.batching import build_policy_batch
 from coevo_jax.train.buffers import Group
-from coevo_jax.train.distributed import place_batch, under_mesh
+from coevo_jax.train.distributed import place_batch, to_host, under_mesh
 
 
 @functools.partial(
@@ -78,14 +78,6 @@ def recompute_logprobs(
         temperature=temperature,
     )
     return logp
-
-
-def _host(x: jax.Array) -> np.ndarray:
-    if not x.is_fully_addressable:  # sharded over processes (a multi-host mesh)
-        from jax.experimental import multihost_utils
-
-        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-    return np.asarray(x)
 
 
 def _chunks(groups: Sequence[Group], rows_per_batch: int) -> list[list[Group]]:
@@ -160,10 +152,10 @@ def group_gaps(
             temperature=temp,
             chunk_size=chunk_size,
         )
-        recomputed.append(_host(lp)[:rows])
-        behaviour.append(_host(batch.old_logp)[:rows])
-        masks.append(_host(batch.completion_mask)[:rows])
-        agents.append(_host(batch.agent_ids)[:rows])
+        recomputed.append(to_host(lp)[:rows])
+        behaviour.append(to_host(batch.old_logp)[:rows])
+        masks.append(to_host(batch.completion_mask)[:rows])
+        agents.append(to_host(batch.agent_ids)[:rows])
     b, r, m, a = (np.concatenate(x) for x in (behaviour, recomputed, masks, agents))
     out = {}
     for agent in sorted({int(x) for x in a}):

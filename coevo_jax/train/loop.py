@@ -52,7 +52,6 @@ import numpy as np
 from coevo_jax import data
 from coevo_jax._config import to_dict
 from coevo_jax.rewards import score_batch
-from coevo_jax.rl.penalties import soft_overlong_penalty
 from coevo_jax.router import (
     activate,
     push_round,
@@ -66,7 +65,13 @@ from coevo_jax.train.batching import build_policy_batch
 from coevo_jax.train.buffers import FeatureReservoir, Group, LIFOBuffer
 from coevo_jax.train.checkpoint import latest_checkpoint, save_checkpoint
 from coevo_jax.train.config import TrainConfig
-from coevo_jax.train.distributed import broadcast_object, place_batch, under_mesh
+from coevo_jax.train.distributed import (
+    broadcast_object,
+    peer_guard,
+    place_batch,
+    to_host,
+    under_mesh,
+)
 from coevo_jax.train.gap import round_gaps
 from coevo_jax.train.memory import release_free_memory
 from coevo_jax.train.metrics import MetricsWriter
@@ -77,6 +82,7 @@ from coevo_jax.train.rollouts import (
     generation_requests,
     rollout_seed,
     sampling_entropy,
+    score_flat,
     served_rewards,
 )
 from coevo_jax.train.selfcheck import check_system
@@ -143,6 +149,14 @@ class Trainer:
         probe_records: Sequence[Any] | None = None,
     ):
         self.cfg = cfg
+        ro = cfg.rollout
+        if jax.process_count() > 1 and ro.selfcheck and ro.engine != "inprocess":
+            # the check's recompute would run on process 0 alone, over a backbone that spans
+            # every process's devices: it would wait for peers that never join
+            raise ValueError(
+                "rollout.selfcheck is not supported in a multi-process run yet; set "
+                "rollout.selfcheck=false (the per-round log-prob gap, rl.measure_gap, still runs)"
+            )
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.progress = progress
@@ -167,7 +181,9 @@ class Trainer:
         if cfg.router.feature_norm != "none":
             self.system.whiten(self._feature_sample())
         self.probe: probe_lib.ProbeSet | None = None
-        if cfg.loop.probe_every and self.driver:
+        # every process routes the probe (its features are a program over the whole mesh);
+        # process 0 alone generates, scores and logs it
+        if cfg.loop.probe_every:
             self.probe = probe_lib.ProbeSet.sample(
                 probe_records if probe_records is not None else self._probe_records(),
                 cfg.loop.probe_size,
@@ -204,10 +220,9 @@ class Trainer:
         return check_system(self.system, self.records, seed=seed)
 
     # ---------------------------------------------------------------- checkpointing
-    def save(self) -> Path | None:
-        """Checkpoints the complete state (process 0 only; the others return None)."""
-        if not self.driver:
-            return None
+    def save(self) -> Path:
+        """Checkpoints the complete state. Every process of a multi-process run calls it (each
+        writes its shards of the arrays); process 0 writes the host state and the files."""
         feats = self.run_dir / "checkpoints" / f"features_{self.round:06d}.npz"
         host = {
             "round": self.round,
@@ -219,11 +234,14 @@ class Trainer:
         # The reservoir is an array file beside the checkpoints (never JSON), written before
         # the checkpoint that names it; files no kept checkpoint names are pruned after.
         root = self.run_dir / "checkpoints"
-        root.mkdir(parents=True, exist_ok=True)
-        self._features_log.save(feats)
+        if self.driver:
+            root.mkdir(parents=True, exist_ok=True)
+            self._features_log.save(feats)
         path = save_checkpoint(
             root, self.round, self.system.arrays(), host, keep=self.cfg.loop.keep_checkpoints
         )
+        if not self.driver:
+            return path
         kept = {f"features_{p.name.removeprefix('round_')}.npz" for p in root.glob("round_*")}
         for old in root.glob("features_*.npz"):
             if old.name not in kept:
@@ -318,29 +336,6 @@ class Trainer:
             out["kept_fraction"] = float(np.mean(kept))
         return out
 
-    def _rewards(self, recs: list, flat: list) -> np.ndarray:
-        """One reward per flattened trajectory (verifiers, plus the overlong penalty)."""
-        cfg = self.cfg
-        group_of = self.system.group_of
-        texts = [
-            group_of[p[1]].backbone.tokenizer.decode(
-                list(t.completion_ids), skip_special_tokens=True
-            )
-            for p, t in flat
-        ]
-        rewards = np.asarray(
-            self.reward_fn([recs[p[0]] for p, _ in flat], texts, [p[1] for p, _ in flat]),
-            np.float32,
-        )
-        if cfg.rollout.overlong_penalty and len(flat):
-            lengths = np.array([len(t.completion_ids) for _, t in flat])
-            rewards = rewards + np.asarray(
-                soft_overlong_penalty(
-                    lengths, cfg.rollout.max_new_tokens, cfg.rollout.overlong_cache
-                )
-            )
-        return rewards
-
     def _run_probe(self, timings: dict[str, float]) -> dict[str, Any] | None:
         """The held-out probe, when this round is due one (``loop.probe_every``): it runs
         before the round, so it measures the agents and router the previous round left."""
@@ -366,10 +361,10 @@ class Trainer:
                 decision.f, decision.s, routing=rc.routing, tau=rc.tau, top_k=rc.top_k,
                 excluded=capped,
             )  # fmt: skip
-        return h, np.asarray(decision.f), np.asarray(active)
+        return h, to_host(decision.f), to_host(active)
 
     def _score(
-        self, recs: list, active: np.ndarray, trajs: list, failures: list[str]
+        self, recs: list, active: np.ndarray, trajs: list, failures: list[str], timings: dict
     ) -> tuple[np.ndarray, Rollouts]:
         """Step 5, rewards: process 0 scores the complete groups, then every process takes
         process 0's activations, trajectories, failures and rewards, so the policy and router
@@ -379,29 +374,16 @@ class Trainer:
         rewards = np.zeros(0, np.float32)
         if self.driver:
             _, flat, _ = complete_groups(trajs, g_size, self.round)
-            rewards = self._rewards(recs, flat)
+            rewards = score_flat(flat, recs, self.system.group_of, self.reward_fn, self.cfg)
         if jax.process_count() > 1:
-            active, trajs, failures, rewards = broadcast_object((active, trajs, failures, rewards))
+            t0 = time.perf_counter()
+            payload, timings["broadcast_bytes"] = broadcast_object(
+                (active, trajs, failures, rewards)
+            )
+            active, trajs, failures, rewards = payload
+            timings["broadcast_s"] = time.perf_counter() - t0
         pairs, flat, incomplete = complete_groups(trajs, g_size, self.round)
         return active, Rollouts(pairs, flat, rewards, failures + incomplete, g_size)
-
-    def _push_groups(self, idx: list[int], recs: list, rollouts: Rollouts) -> None:
-        """Step 6: each complete group onto its agent's LIFO buffer, stamped with the oldest
-        adapter version that sampled it (what ``rollout.max_staleness`` is measured from)."""
-        for q, a, ts, rs in rollouts.groups():
-            self.buffers[a].push(
-                [
-                    Group(
-                        agent_id=a,
-                        query_id=str(recs[q].get("id", idx[q])),
-                        prompt_ids=tuple(ts[0].prompt_ids),
-                        completions=tuple(t.completion_ids for t in ts),
-                        logprobs=tuple(tuple(float(x) for x in t.logprobs) for t in ts),
-                        rewards=tuple(float(r) for r in rs),
-                        version=min(t.version for t in ts),
-                    )
-                ]
-            )
 
     def _record_entropy(self, rollouts: Rollouts) -> np.ndarray:
         """Step 6: the round's per-agent generation entropy into the router's exploration
@@ -441,7 +423,7 @@ class Trainer:
         """The round's router features into the reservoir behind the feature plots, labelled
         with the most familiar agent that served each query (-1: none)."""
         routed_agent = np.where(active, f, -1.0).argmax(axis=1)
-        self._features_log.add(np.asarray(h), routed_agent, [str(r.get("class", "")) for r in recs])
+        self._features_log.add(to_host(h), routed_agent, [str(r.get("class", "")) for r in recs])
 
     def _round_record(
         self,
@@ -518,8 +500,11 @@ class Trainer:
         with _timed(timings, "generate_s"):
             trajs, failures = self._generate(idx, active) if self.driver else ([], [])
         with _timed(timings, "reward_s"):
-            active, rollouts = self._score(recs, active, trajs, failures)
-        self._push_groups(idx, recs, rollouts)
+            active, rollouts = self._score(recs, active, trajs, failures, timings)
+        # step 6: each complete group onto its agent's LIFO buffer
+        qids = [str(r.get("id", i)) for r, i in zip(recs, idx, strict=True)]
+        for grp in rollouts.buffer_groups(qids):
+            self.buffers[grp.agent_id].push([grp])
         rbar, served = served_rewards(rollouts, len(idx), cfg.lora.n_agents)
         mean_ent = self._record_entropy(rollouts)
         # the engine/trainer log-prob gap, under the adapters that sampled: before step 7
@@ -554,8 +539,7 @@ class Trainer:
     def run(self, rounds: int | None = None) -> list[dict[str, Any]]:
         """Runs until ``cfg.loop.rounds`` rounds are done (or ``rounds`` more); returns metrics."""
         total = self.cfg.loop.rounds if rounds is None else self.round + rounds
-        loop = self.cfg.loop
-        out = []
+        out: list[dict[str, Any]] = []
         bar = None
         if self.progress and self.driver:
             from tqdm.auto import tqdm
@@ -564,33 +548,41 @@ class Trainer:
                 total=total, initial=self.round, desc="CERA-MoA", unit="round", dynamic_ncols=True
             )
         try:
-            if self.round < total:
-                self.selfcheck()
-            while self.round < total:
-                m = self.run_round()
-                out.append(m)
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(
-                        reward=f"{m['system_reward']:.3f}",
-                        active=f"{m['activated']['mean_per_query']:.2f}",
-                        updates="/".join(str(u) for u in m["updates"]),
-                    )
-                if loop.checkpoint_every and self.round % loop.checkpoint_every == 0:
-                    self.save()
-                if loop.plot_every and self.round % loop.plot_every == 0 and self.driver:
-                    self.write_features()
-                    plot_run(self.run_dir)
-                if self.system.capped().all():  # every agent has spent its own budget
-                    break
+            with peer_guard():
+                self._run_until(total, bar, out)
         finally:
             if bar is not None:
                 bar.close()
-        self.save()
+        with peer_guard():
+            self.save()
         if self.driver:
             self.write_features()
             plot_run(self.run_dir)
         return out
+
+    def _run_until(self, total: int, bar: Any, out: list) -> None:
+        """Rounds until ``total`` (or every agent's budget is spent), with the scheduled
+        checkpoints and plots; each round's metrics row is appended to ``out``."""
+        loop = self.cfg.loop
+        if self.round < total:
+            self.selfcheck()
+        while self.round < total:
+            m = self.run_round()
+            out.append(m)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(
+                    reward=f"{m['system_reward']:.3f}",
+                    active=f"{m['activated']['mean_per_query']:.2f}",
+                    updates="/".join(str(u) for u in m["updates"]),
+                )
+            if loop.checkpoint_every and self.round % loop.checkpoint_every == 0:
+                self.save()
+            if loop.plot_every and self.round % loop.plot_every == 0 and self.driver:
+                self.write_features()
+                plot_run(self.run_dir)
+            if self.system.capped().all():  # every agent has spent its own budget
+                break
 
     def close(self) -> None:
         if self.metrics is not None:

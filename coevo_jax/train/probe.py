@@ -33,6 +33,7 @@ import numpy as np
 
 from coevo_jax.data.templates import render_chat
 from coevo_jax.router import activate, route
+from coevo_jax.train.distributed import to_host
 from rollout_bridge.engine import GenerationError, GenerationRequest
 
 
@@ -223,7 +224,7 @@ def run_probe(
     h = system.query_features(
         [render_chat(r, tok, cfg.data.max_input_tokens) for r in probe.records]
     )
-    f = np.asarray(route(system.router, h, train=False).f)
+    f = to_host(route(system.router, h, train=False).f)
     active = eval_activation(
         f, tau=cfg.eval_tau, routing=cfg.router.routing, top_k=cfg.router.top_k
     )
@@ -232,6 +233,8 @@ def run_probe(
     tokens = np.zeros(len(probe.records), np.int64)
     texts: dict[int, str] = {}
     for k, g in enumerate(system.groups):
+        if g.engine is None:  # a process other than the driver generates nothing
+            continue
         reqs = []
         for q, rec in enumerate(probe.records):
             if int(top1[q]) not in g.agents:

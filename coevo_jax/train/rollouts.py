@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from coevo_jax.rl.penalties import soft_overlong_penalty
+from coevo_jax.train.buffers import Group
 from rollout_bridge.engine import GenerationRequest
 
 
@@ -30,6 +32,21 @@ class Rollouts:
     rewards: np.ndarray
     failures: list[str]
     group_size: int
+
+    def buffer_groups(self, query_ids: Sequence[str]) -> Iterator[Group]:
+        """Each complete group as a buffer :class:`Group` (``query_ids[q]`` names query
+        ``q``), stamped with the oldest adapter version that sampled it (what
+        ``rollout.max_staleness`` is measured from)."""
+        for q, a, ts, rs in self.groups():
+            yield Group(
+                agent_id=a,
+                query_id=query_ids[q],
+                prompt_ids=tuple(ts[0].prompt_ids),
+                completions=tuple(t.completion_ids for t in ts),
+                logprobs=tuple(tuple(float(x) for x in t.logprobs) for t in ts),
+                rewards=tuple(float(r) for r in rs),
+                version=min(t.version for t in ts),
+            )
 
     def groups(self) -> Iterator[tuple[int, int, list, np.ndarray]]:
         """``(q, a, trajectories, rewards)`` per complete group, in ``pairs`` order."""
@@ -129,3 +146,25 @@ def generation_requests(
         for a in group.agents
         if active[q, a]
     ]
+
+
+def score_flat(
+    flat: list, records: Sequence[Any], group_of: dict, reward_fn: Any, cfg: Any
+) -> np.ndarray:
+    """``[len(flat)]`` float32: one reward per ``((q, agent), trajectory)`` of ``flat``, from
+    ``reward_fn(records, completions, agent_ids)`` on the decoded completions (each agent's
+    own tokenizer, ``group_of[agent]``) plus the DAPO soft overlong penalty when
+    ``rollout.overlong_penalty`` is on."""
+    texts = [
+        group_of[p[1]].backbone.tokenizer.decode(list(t.completion_ids), skip_special_tokens=True)
+        for p, t in flat
+    ]
+    rewards = np.asarray(
+        reward_fn([records[p[0]] for p, _ in flat], texts, [p[1] for p, _ in flat]), np.float32
+    )
+    ro = cfg.rollout
+    if ro.overlong_penalty and len(flat):
+        lengths = np.array([len(t.completion_ids) for _, t in flat])
+        penalty = soft_overlong_penalty(lengths, ro.max_new_tokens, ro.overlong_cache)
+        rewards = rewards + np.asarray(penalty)
+    return rewards

@@ -113,10 +113,12 @@ class System:
         self.groups: list[AgentGroup] = make_groups(cfg, bbs, warn_dtype=warn_dtype)
         self.mesh = build_mesh(cfg.parallel)
         self.driver = is_driver()
-        if self.mesh is not None:  # before the engines, which then read the sharded backbone
-            shard_backbone(self.router_backbone, self.mesh)
-            for g in self.groups:
-                shard_group(g, self.mesh, cfg.rl)
+        # The engines read the backbone they are built with. Sharded first, one process's
+        # engines sample on the mesh's single copy; in a multi-process run the in-process
+        # engine samples on process 0 alone, so it keeps the process-local weights.
+        local_engines = jax.process_count() > 1
+        if self.mesh is not None and not local_engines:
+            self._shard()
         servers: dict = {}  # vllm engine: one started server per base model
         try:
             for k, g in enumerate(self.groups):
@@ -130,6 +132,8 @@ class System:
             for server in servers.values():
                 server.stop()
             raise
+        if self.mesh is not None and local_engines:
+            self._shard()
         self.group_of = {a: g for g in self.groups for a in g.agents}
         in_dim = feature_dim(self.router_backbone.cfg.hidden_size, cfg.router.feature_layers)
         self.feature_dim = in_dim
@@ -147,6 +151,12 @@ class System:
                 self.router_replay = replicate(self.router_replay, self.mesh)
         self.versions = [0] * cfg.lora.n_agents
         self.whitened = False
+
+    def _shard(self) -> None:
+        """Backbones sharded on the mesh, policy states replicated, policy steps under it."""
+        shard_backbone(self.router_backbone, self.mesh)
+        for g in self.groups:
+            shard_group(g, self.mesh, self.cfg.rl)
 
     @property
     def backbone(self) -> Backbone:

@@ -23,16 +23,24 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(run_dir: Path, overrides: list[str], env_extra: dict[str, str]) -> subprocess.Popen:
+def _launch(
+    run_dir: Path,
+    overrides: list[str],
+    env_extra: dict[str, str],
+    *,
+    devices: int = 1,
+    rounds: int = ROUNDS,
+) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
     env.update(
         JAX_PLATFORMS="cpu",
-        XLA_FLAGS="--xla_force_host_platform_device_count=1",
+        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
         PYTHONPATH=str(ROOT),
+        PYTHONUNBUFFERED="1",
         **env_extra,
     )
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.train._multihost_run", str(run_dir), str(ROUNDS), *overrides],
+        [sys.executable, "-m", "tests.train._multihost_run", str(run_dir), str(rounds), *overrides],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -95,10 +103,96 @@ def test_two_processes_match_one(tmp_path):
     assert "process 1 of 2: done, devices 2" in outs[2]
     single, multi = _metrics(tmp_path / "single"), _metrics(tmp_path / "multi")
     assert [r["round"] for r in multi] == list(range(1, ROUNDS + 1))
+    raw = (tmp_path / "multi" / "metrics.jsonl").read_text().splitlines()
+    for row in map(json.loads, raw):  # the broadcast is measured every round
+        assert row["timings"]["broadcast_bytes"] > 0 and row["timings"]["broadcast_s"] >= 0
     assert sum(multi[-1]["updates"]) > 0  # the SPMD policy step did run
     _close(single, multi)
     # process 0 alone wrote the run directory, including a restorable checkpoint
     assert (tmp_path / "multi" / "checkpoints" / "LATEST").is_file()
+
+
+def _multi(run_dir: Path, overrides: list[str], port: int, **kw) -> list[subprocess.Popen]:
+    """Two processes of one run, 4 fake CPU devices each: a mesh of 8 over both."""
+    return [
+        _launch(
+            run_dir,
+            overrides,
+            {
+                "JAX_COORDINATOR_ADDRESS": f"localhost:{port}",
+                "JAX_NUM_PROCESSES": "2",
+                "JAX_PROCESS_ID": str(pid),
+                "COEVO_HEARTBEAT_TIMEOUT_S": "15",
+            },
+            devices=4,
+            **kw,
+        )
+        for pid in range(2)
+    ]
+
+
+def _finish(procs: list[subprocess.Popen], timeout: float) -> list[str]:
+    try:
+        return [p.communicate(timeout=timeout)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+
+
+MESH = ["parallel.data=2", "parallel.fsdp=4", "loop.checkpoint_every=1", "loop.keep_checkpoints=4"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_two_processes_of_four_devices_checkpoint_and_resume_exactly(tmp_path):
+    """``Trainer.run`` as 2 processes x 4 devices: every process takes part in each orbax
+    save, and a run stopped after round 1 and resumed on the same layout writes the same
+    metrics as the uninterrupted run."""
+    outs = _finish(_multi(tmp_path / "whole", MESH, _free_port()), 600)
+    assert all("done, devices 8" in o for o in outs), outs[0][-3000:] + outs[1][-3000:]
+    half = tmp_path / "half"
+    outs = _finish(_multi(half, MESH, _free_port(), rounds=1), 600)
+    assert all("done, devices 8" in o for o in outs), outs[0][-3000:]
+    ckpt = half / "checkpoints" / "round_000001" / "arrays"
+    assert ckpt.is_dir() and not list((half / "checkpoints").glob(".tmp_round_*"))
+    outs = _finish(_multi(half, [*MESH, "--resume"], _free_port()), 600)
+    assert all("resumed after round 1" in o and "done" in o for o in outs), outs[0][-3000:]
+    whole, resumed = _metrics(tmp_path / "whole"), _metrics(half)
+    assert [r["round"] for r in resumed] == [1, 2] and sum(whole[-1]["updates"]) > 0
+    assert json.dumps(resumed) == json.dumps(whole)  # exact, not to a tolerance
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("victim", [1, 0])
+def test_a_killed_process_stops_its_peer_with_a_clear_error(tmp_path, victim):
+    """``kill -9`` of one process mid-run: the other exits within a bounded time (its next
+    collective fails at once; the heartbeat bounds the rest) with a one-line error, no hang."""
+    import signal
+    import time
+
+    run = tmp_path / "run"
+    procs = _multi(run, MESH, _free_port(), rounds=200)
+    try:
+        deadline = time.monotonic() + 600
+        while not (run / "metrics.jsonl").is_file() or not (run / "metrics.jsonl").read_text():
+            assert time.monotonic() < deadline, "no round finished"
+            assert all(p.poll() is None for p in procs), procs[0].communicate()[0][-3000:]
+            time.sleep(1)
+        procs[victim].send_signal(signal.SIGKILL)
+        t0 = time.monotonic()
+        out = procs[1 - victim].communicate(timeout=120)[0]
+        waited = time.monotonic() - t0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    survivor = procs[1 - victim]
+    assert survivor.returncode == 3, out[-3000:]
+    assert f"error: process {1 - victim} of 2: a collective failed" in out, out[-3000:]
+    assert "Traceback" not in out
+    assert waited < 60, waited
 
 
 def test_multi_process_run_needs_a_mesh():
