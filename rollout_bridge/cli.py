@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from coevo_jax._errors import UserError
+from rollout_bridge.engines import engine_arg, engine_spec
 
 
 def _vllm_dtype(text: str) -> str:
@@ -31,10 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="start a rollout server (vllm or the local JAX server)")
     p.add_argument(
         "--engine",
-        choices=("vllm", "local"),
-        default="local",
-        help="vllm (a vLLM server with runtime LoRA, in its own venv) or local (the JAX "
-        "server in this install; default)",
+        type=engine_arg,
+        default="inprocess",
+        help="vllm (a vLLM server with runtime LoRA, in its own venv) or inprocess (the JAX "
+        "server in this install; default; 'local' is kept as its alias for one release)",
     )
     p.add_argument(
         "--model",
@@ -133,7 +134,7 @@ def _stop_on_signals():
 def _start(args: argparse.Namespace, model: str | None, port: int):
     from rollout_bridge.launcher import launch_vllm, local_command, start_server
 
-    if args.engine == "vllm":
+    if engine_spec(args.engine).needs_vllm:
         return launch_vllm(
             model or "default",
             served_name=args.served_model_name or "SmolLM2-135M-Instruct",
@@ -162,10 +163,14 @@ def _start(args: argparse.Namespace, model: str | None, port: int):
 def check_args(args: argparse.Namespace) -> None:
     """Refuses a bad ``--random-config`` before any server starts: a started server that dies
     on it reports only its exit code, after the wait for /health."""
+    if engine_spec(args.engine).needs_urls:
+        raise ServeArgumentError(
+            f"coevo serve starts a server: --engine inprocess or vllm, not {args.engine}"
+        )
     if args.random_config is None:
         return
-    if args.engine != "local":
-        raise ServeArgumentError("--random-config is for --engine local (the JAX server)")
+    if engine_spec(args.engine).needs_vllm:
+        raise ServeArgumentError("--random-config is for --engine inprocess (the JAX server)")
     # Imported here: it loads JAX, which building the `coevo` parser must not.
     from coevo_jax.models.hf_loader import read_config_file
 
@@ -178,11 +183,12 @@ def _alive(server) -> bool:
 
 def main(args: argparse.Namespace) -> int:
     check_args(args)
-    if args.engine == "vllm" and args.setup and not args.vllm_python:
+    vllm = engine_spec(args.engine).needs_vllm
+    if vllm and args.setup and not args.vllm_python:
         from rollout_bridge.vllm_env import setup_venv
 
         setup_venv()
-    if args.engine == "vllm":
+    if vllm:
         require_vllm(
             args.vllm_python,
             option="--vllm-python",

@@ -169,17 +169,17 @@ CASES = {
         None,
     ),
     "serve bad model": (
-        ["serve", "--engine", "local", "--model", "/nonexistent"],
+        ["serve", "--engine", "inprocess", "--model", "/nonexistent"],
         "coevo serve: model path not found: /nonexistent",
         None,
     ),
     "serve missing random config": (
-        ["serve", "--engine", "local", "--random-config", "/nonexistent.json"],
+        ["serve", "--engine", "inprocess", "--random-config", "/nonexistent.json"],
         "coevo serve: model config not found: /nonexistent.json",
         None,
     ),
     "serve bad random config": (
-        ["serve", "--engine", "local", "--random-config", "{tmp}/config.json"],
+        ["serve", "--engine", "inprocess", "--random-config", "{tmp}/config.json"],
         "coevo serve: {tmp}/config.json: missing field 'hidden_size'",
         None,
     ),
@@ -190,7 +190,7 @@ CASES = {
     ),
     "serve random config with vllm": (
         ["serve", "--engine", "vllm", "--random-config", "{tmp}/config.json"],
-        "coevo serve: --random-config is for --engine local",
+        "coevo serve: --random-config is for --engine inprocess",
         None,
     ),
     "evochamber missing data": (
@@ -237,6 +237,16 @@ CASES = {
         ["flyroute", "replay", "--out", "{tmp}/f", "--config", "cpu_default"],
         "coevo flyroute: ",
         "unknown config key(s)",
+    ),
+    "plan missing config": (
+        ["plan", "--config", "/nonexistent.yaml", "--devices", "8"],
+        "coevo plan: config file not found: /nonexistent.yaml",
+        None,
+    ),
+    "plan no devices": (
+        ["plan", "--config", "cpu_default", "--devices", "0"],
+        "coevo plan: --devices must be >= 1, got 0",
+        None,
     ),
     "flyroute missing results": (
         ["flyroute", "report", "/nonexistent.json"],

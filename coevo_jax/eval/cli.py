@@ -11,6 +11,8 @@ import argparse
 import json
 from pathlib import Path
 
+from rollout_bridge.engines import engine_arg
+
 BASELINES = ("base", "single", "uniform_vote", "random", "top", "oracle")
 
 
@@ -47,9 +49,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--engine",
-        choices=("inprocess", "http", "vllm"),
+        type=engine_arg,
         default=None,
-        help="rollout engine (default: the run's rollout.engine); vllm starts its own server",
+        help="rollout engine: inprocess, http or vllm (default: the run's rollout.engine); "
+        "vllm starts its own server",
     )
     p.add_argument("--vllm-python", help="vllm engine: interpreter that imports vllm")
     p.add_argument("--url", action="append", help="http engine: server URL (repeat per group)")
@@ -93,7 +96,9 @@ def _saved_rollout(run_dir: str) -> dict:
 def _check_engine(args: argparse.Namespace) -> None:
     """Fails before a model loads when the engine is vllm and no vLLM interpreter exists."""
     saved = _saved_rollout(args.run)
-    if (args.engine or saved.get("engine")) != "vllm":
+    from rollout_bridge.engines import engine_spec
+
+    if not engine_spec(args.engine or saved.get("engine") or "inprocess").needs_vllm:
         return
     from rollout_bridge.cli import require_vllm
 

@@ -31,6 +31,7 @@ from coevo_jax.eval.report import METRICS, write_report
 from coevo_jax.train.checkpoint import latest_checkpoint
 from coevo_jax.train.config import TrainConfig
 from coevo_jax.train.system import System
+from rollout_bridge.engines import engine_spec
 
 SUITES = {"cpu": ("eval_id", "eval_ood"), "id": ("eval_id",), "ood": ("eval_ood",)}
 ALL_BASELINES = ("base", "single", "uniform_vote", "random", "top", "oracle")
@@ -258,7 +259,7 @@ def evaluate_run(
     if over:
         cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, **over))
     with tempfile.TemporaryDirectory(prefix="coevo-eval-adapters-") as tmp:
-        if cfg.rollout.engine != "inprocess":  # publishing writes adapter files: not into the run
+        if engine_spec(cfg.rollout.engine).adapter_files:  # published files: not into the run
             cfg = dataclasses.replace(
                 cfg, rollout=dataclasses.replace(cfg.rollout, adapter_dir=tmp)
             )

@@ -25,6 +25,7 @@ from coevo_jax.models.gguf import hf_config_from_metadata, read_metadata
 from coevo_jax.models.hf_loader import read_config
 from coevo_jax.models.loading import load
 from coevo_jax.models.tokenizer import Tokenizer
+from rollout_bridge.engines import engine_spec
 from rollout_bridge.http_engine import HTTPEngine
 from rollout_bridge.local_engine import InProcessEngine
 from rollout_bridge.text import EngineTextLLM
@@ -73,13 +74,20 @@ def engine_text_llm(
       agent_ids: agent name -> engine agent id (-1 is the base model).
       max_prompt_tokens: optional cap below the context-derived budget.
     """
-    if engine not in ("inprocess", "http"):
-        raise SystemExit(f"{prog}: engine must be 'inprocess' or 'http', got {engine!r}")
-    if engine == "http" and not url:
-        raise SystemExit(f"{prog}: --engine http needs --url")
+    try:
+        kind = engine_spec(engine)
+    except ValueError as e:
+        raise SystemExit(f"{prog}: {e}") from e
+    if kind.needs_vllm:  # the orchestrators reach a vLLM server through http
+        raise SystemExit(
+            f"{prog}: engine {kind.name} is for training; start `coevo serve --engine vllm` "
+            "and use --engine http --url URL"
+        )
+    if kind.needs_urls and not url:
+        raise SystemExit(f"{prog}: --engine {kind.name} needs --url")
     try:
         path = model or default_model_path()
-        if engine == "http":
+        if not kind.loads_weights:  # a server holds the weights: the tokenizer is enough
             tok, cfg = load_tokenizer_and_config(path)
             decoder = None
         else:
@@ -89,7 +97,7 @@ def engine_text_llm(
         raise SystemExit(f"{prog}: cannot load the model/tokenizer: {e}") from e
     if tok is None:
         raise SystemExit(f"{prog}: {path} has no tokenizer; the orchestrators need a chat template")
-    if engine == "inprocess":
+    if kind.loads_weights:
         eng = InProcessEngine(
             decoder.params, cfg, None, eos_ids=tok.eos_token_ids, pad_id=tok.pad_token_id
         )

@@ -117,7 +117,9 @@ def _config(args: argparse.Namespace) -> tuple[Any, Path]:
 
 def _check_engine(cfg: Any) -> None:
     """Fails now, not after the data and the model, when the rollout engine cannot start."""
-    if cfg.rollout.engine == "vllm":
+    from rollout_bridge.engines import engine_spec
+
+    if engine_spec(cfg.rollout.engine).needs_vllm:
         from rollout_bridge.cli import require_vllm
 
         require_vllm(

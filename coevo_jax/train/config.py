@@ -26,9 +26,10 @@ from coevo_jax.data.mixtures import MIXTURES
 from coevo_jax.lora import LoRAConfig
 from coevo_jax.rl import RLConfig
 from coevo_jax.router import RouterConfig
+from rollout_bridge.engines import canonical_engine, engine_names, engine_spec
 from rollout_bridge.launcher import VLLM_DTYPES
 
-ENGINES = ("inprocess", "http", "vllm")
+ENGINES = engine_names()
 SETTINGS = ("homogeneous", "heterogeneous")
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 
@@ -134,14 +135,13 @@ class RolloutSpec:
     def __post_init__(self):
         if self.selfcheck_tolerance <= 0 or self.vllm_kv_cache_gb <= 0:
             raise ValueError("selfcheck_tolerance and vllm_kv_cache_gb must be > 0")
-        if self.engine not in ENGINES:
-            raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
+        object.__setattr__(self, "engine", canonical_engine(self.engine))
         if self.vllm_dtype not in (None, *VLLM_DTYPES):
             raise ValueError(
                 f"vllm_dtype must be None or one of {VLLM_DTYPES}, got {self.vllm_dtype!r}"
             )
-        if self.engine == "http" and not self.urls:
-            raise ValueError("engine http needs rollout.urls")
+        if engine_spec(self.engine).needs_urls and not self.urls:
+            raise ValueError(f"engine {self.engine} needs rollout.urls")
         if self.group_size < 2:
             raise ValueError(
                 f"group_size must be >= 2 (advantages need a group), got {self.group_size}"
@@ -300,7 +300,7 @@ class TrainConfig:
             raise ValueError("agent_models is only for setting: heterogeneous")
         if self.rl.behavior_logprobs == "auto":
             # A server's bf16 kernels differ from the trainer's: see RLConfig.behavior_logprobs.
-            choice = "engine" if self.rollout.engine == "inprocess" else "recompute"
+            choice = "engine" if engine_spec(self.rollout.engine).exact_logprobs else "recompute"
             object.__setattr__(self, "rl", dataclasses.replace(self.rl, behavior_logprobs=choice))
         if self.data.max_input_tokens > self.router.max_prompt_tokens:
             raise ValueError(

@@ -89,6 +89,7 @@ from coevo_jax.train.selfcheck import check_system
 from coevo_jax.train.setup import Backbone, QueryStream, load_records
 from coevo_jax.train.system import System
 from rollout_bridge.engine import GenerationError
+from rollout_bridge.engines import engine_spec
 
 __all__ = ["Backbone", "QueryStream", "Trainer", "default_reward_fn"]
 
@@ -150,7 +151,7 @@ class Trainer:
     ):
         self.cfg = cfg
         ro = cfg.rollout
-        if jax.process_count() > 1 and ro.selfcheck and ro.engine != "inprocess":
+        if jax.process_count() > 1 and ro.selfcheck and not engine_spec(ro.engine).exact_logprobs:
             # the check's recompute would run on process 0 alone, over a backbone that spans
             # every process's devices: it would wait for peers that never join
             raise ValueError(

@@ -25,6 +25,7 @@ from coevo_jax.rl.config import RLConfig
 from coevo_jax.train.buffers import Group
 from coevo_jax.train.gap import group_gaps
 from rollout_bridge.engine import GenerationRequest
+from rollout_bridge.engines import engine_spec
 
 BASE = -1  # the agent id of the base model (adapter off)
 
@@ -236,7 +237,7 @@ def check_system(system: Any, records: Sequence[Any], *, seed: Any) -> dict[str,
     """
     cfg = system.cfg
     ro = cfg.rollout
-    if not ro.selfcheck or ro.engine == "inprocess" or not system.driver:
+    if not ro.selfcheck or engine_spec(ro.engine).exact_logprobs or not system.driver:
         return None
     t0 = time.perf_counter()
     out: dict[str, Any] = {}

@@ -26,6 +26,7 @@ from coevo_jax.models.hardware import matmul_dtype_warning
 from coevo_jax.rl.train_step import PolicyState, init_policy_state, make_policy_step
 from coevo_jax.router import RouterConfig, features, pad_queries
 from coevo_jax.train.config import ModelSpec, TrainConfig
+from rollout_bridge.engines import canonical_engine
 from rollout_bridge.http_engine import HTTPEngine
 from rollout_bridge.launcher import launch_vllm
 from rollout_bridge.local_engine import InProcessEngine
@@ -202,43 +203,68 @@ def make_groups(
 def make_engine(
     cfg: TrainConfig, group: AgentGroup, index: int, run_dir: Path, *, servers: dict | None = None
 ) -> Any:
-    """The default engine of a group: in-process JAX sampler, HTTP to ``rollout.urls[index]``,
-    or (``vllm``) HTTP to a vLLM server this run starts, one per base model.
+    """The engine of agent group ``index``, built by ``rollout.engine``'s entry of
+    :data:`ENGINE_BUILDERS` (the names and properties: ``rollout_bridge.engines``).
 
     ``servers`` maps a base model's ``(path, name)`` to its started server, so groups on the
     same base model (heterogeneous runs that repeat a model) share one; pass the same dict
     for every group of a run. A shared server gets one LoRA slot per agent that uses it.
     """
+    build = ENGINE_BUILDERS[canonical_engine(cfg.rollout.engine, warn=False)]
+    return build(cfg, group, index, run_dir, {} if servers is None else servers)
+
+
+def _inprocess_engine(cfg, group, index, run_dir, servers) -> InProcessEngine:
+    """The JAX sampler in this process, on the group's backbone."""
     tok = group.backbone.tokenizer
-    if cfg.rollout.engine == "inprocess":
-        # The engine keeps its own copy: the policy step donates (and so frees) the state's.
-        return InProcessEngine(
-            group.backbone.params,
-            group.backbone.cfg,
-            jax.tree.map(jnp.copy, group.policy.lora),
-            eos_ids=tok.eos_token_ids,
-            pad_id=tok.pad_token_id,
-        )
+    # The engine keeps its own copy: the policy step donates (and so frees) the state's.
+    return InProcessEngine(
+        group.backbone.params,
+        group.backbone.cfg,
+        jax.tree.map(jnp.copy, group.policy.lora),
+        eos_ids=tok.eos_token_ids,
+        pad_id=tok.pad_token_id,
+    )
+
+
+def _http_kw(cfg: TrainConfig, group: AgentGroup, index: int, run_dir: Path) -> dict[str, Any]:
     spec = cfg.model if cfg.setting == "homogeneous" else cfg.agent_models[index]
     adapter_dir = Path(cfg.rollout.adapter_dir or run_dir / "adapters") / f"group{index}"
-    kw = dict(eos_ids=tok.eos_token_ids, family=group.backbone.cfg.family)
-    if cfg.rollout.engine == "http":
-        urls = cfg.rollout.urls
-        return HTTPEngine(
-            urls[min(index, len(urls) - 1)], base_model=spec.name, adapter_dir=adapter_dir, **kw
-        )
-    servers = {} if servers is None else servers
+    return dict(
+        base_model=spec.name,
+        adapter_dir=adapter_dir,
+        eos_ids=group.backbone.tokenizer.eos_token_ids,
+        family=group.backbone.cfg.family,
+    )
+
+
+def _http_engine(cfg, group, index, run_dir, servers) -> HTTPEngine:
+    """HTTP to ``rollout.urls[index]`` (the last URL serves the groups past the list)."""
+    urls = cfg.rollout.urls
+    return HTTPEngine(urls[min(index, len(urls) - 1)], **_http_kw(cfg, group, index, run_dir))
+
+
+def _vllm_engine(cfg, group, index, run_dir, servers) -> HTTPEngine:
+    """HTTP to a vLLM server this run starts, one per base model."""
+    spec = cfg.model if cfg.setting == "homogeneous" else cfg.agent_models[index]
     key = (spec.path, spec.name)
     if key not in servers:
         servers[key] = _start_vllm(cfg, spec, len(servers), run_dir, group.backbone.cfg.family)
     return HTTPEngine(
         servers[key].url,
-        base_model=spec.name,
-        adapter_dir=adapter_dir,
         server=servers[key],
         name_prefix=f"g{index}-",
-        **kw,
+        **_http_kw(cfg, group, index, run_dir),
     )
+
+
+# engine name -> builder(cfg, group, index, run_dir, servers); keyed like
+# rollout_bridge.engines.ENGINES (a test checks the two agree)
+ENGINE_BUILDERS: dict[str, Callable[..., Any]] = {
+    "inprocess": _inprocess_engine,
+    "http": _http_engine,
+    "vllm": _vllm_engine,
+}
 
 
 def _lora_slots(cfg: TrainConfig, spec: ModelSpec) -> int:

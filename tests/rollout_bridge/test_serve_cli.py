@@ -33,7 +33,7 @@ def _no_leftovers(tmp_path):
 def _serve(tmp_path):
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(HF_CONFIG))
-    argv = [sys.executable, "-m", "coevo_jax.cli", "serve", "--engine", "local",
+    argv = [sys.executable, "-m", "coevo_jax.cli", "serve", "--engine", "inprocess",
             "--random-config", str(cfg), "--agents", "2", "--max-lora-rank", "4",
             "--port", str(free_port()), "--timeout", "300"]  # fmt: skip
     # Ctrl-C reaches a foreground command whose SIGINT is at its default. A test run started

@@ -23,6 +23,8 @@ import json
 import sys
 from pathlib import Path
 
+from rollout_bridge.engines import engine_arg
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -43,7 +45,7 @@ def register(subparsers) -> None:
     p.add_argument(
         "--engine",
         default="inprocess",
-        choices=("inprocess", "http"),
+        type=engine_arg,
         help="inprocess (the JAX engine in this process; default) or http (a running server)",
     )
     p.add_argument("--url", default=None, help="server URL for --engine http")
