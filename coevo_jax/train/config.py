@@ -21,7 +21,13 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from coevo_jax._config import ConfigError, check_at_least, load_yaml, register_renames
+from coevo_jax._config import (
+    BUNDLED_CONFIG_DIR,
+    ConfigError,
+    check_at_least,
+    load_yaml,
+    register_renames,
+)
 from coevo_jax.data.mixtures import MIXTURES
 from coevo_jax.lora import LoRAConfig
 from coevo_jax.rl import RLConfig
@@ -31,7 +37,7 @@ from rollout_bridge.launcher import VLLM_DTYPES
 
 ENGINES = engine_names()
 SETTINGS = ("homogeneous", "heterogeneous")
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+CONFIG_DIR = BUNDLED_CONFIG_DIR  # the bundled configs, in the package (also after a wheel install)
 
 
 @dataclasses.dataclass(frozen=True)
