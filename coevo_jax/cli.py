@@ -35,6 +35,7 @@ SUBCOMMAND_MODULES = (
     "coevo_jax.lora.cli",  # merge
     "coevo_jax.data.cli",  # data build / data show
     "coevo_jax.train.cli",  # train, configs
+    "coevo_jax.train.plan_cli",  # plan
     "coevo_jax.eval.cli",  # eval
     "rollout_bridge.cli",  # serve
     "coevo_jax.orchestrators.evochamber.cli",  # evochamber
