@@ -99,6 +99,10 @@ class RolloutSpec:
         already running at ``urls``) or ``vllm`` (the run starts and stops its own vLLM
         server per base model, restarts it when it dies, and self-checks it).
       urls: server URLs for ``http`` (one per base model in the heterogeneous setting).
+      servers_per_model: K servers per base model, balanced and failed over by one
+        :class:`rollout_bridge.fleet.FleetEngine` (1: a single server, no fleet). ``vllm``
+        starts K; ``http`` gives agent group g the block ``urls[g*K:(g+1)*K]`` (groups past
+        the list share the last block), so ``urls`` must hold a multiple of K.
       vllm_python: ``vllm`` engine: the interpreter that runs vLLM (default: the project's
         venv from ``python -m rollout_bridge.vllm_env``; a GPU build of vLLM goes here).
       vllm_kv_cache_gb: ``vllm`` engine: KV cache of vLLM's CPU build, GiB.
@@ -122,6 +126,7 @@ class RolloutSpec:
 
     engine: str = "inprocess"
     urls: tuple[str, ...] = ()
+    servers_per_model: int = 1
     group_size: int = 8
     max_new_tokens: int = 1000
     temperature: float = 1.0
@@ -148,6 +153,11 @@ class RolloutSpec:
             )
         if engine_spec(self.engine).needs_urls and not self.urls:
             raise ValueError(f"engine {self.engine} needs rollout.urls")
+        if self.servers_per_model < 1 or len(self.urls) % self.servers_per_model:
+            raise ValueError(
+                f"servers_per_model must be >= 1 and divide len(urls) ({len(self.urls)}), "
+                f"got {self.servers_per_model}"
+            )
         if self.group_size < 2:
             raise ValueError(
                 f"group_size must be >= 2 (advantages need a group), got {self.group_size}"
