@@ -132,8 +132,9 @@ def latest_checkpoint(root: str | os.PathLike) -> Path | None:
 def checkpoint_shapes(path: str | os.PathLike) -> list[tuple[int, ...]]:
     """The shapes of a checkpoint's arrays, in the leaf order of the state it was saved from
     (for a caller that must build a template for a layout it does not know)."""
-    flat = _restore_host(Path(path).resolve() / "arrays")
-    return [tuple(np.shape(flat[k])) for k in sorted(flat)]
+    meta = _checkpointer(every_process=False).metadata(Path(path).resolve() / "arrays")
+    tree = meta.item_metadata.tree  # shapes from orbax's metadata: no array is read
+    return [tuple(tree[k].shape) for k in sorted(tree)]
 
 
 def load_checkpoint(path: str | os.PathLike, template: Any) -> tuple[Any, dict]:

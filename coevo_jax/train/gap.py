@@ -37,7 +37,15 @@ from coevo_jax.train.distributed import place_batch, to_host, under_mesh
 
 @functools.partial(
     jax.jit,
-    static_argnames=("model_cfg", "compute_dtype", "matmul_dtype", "temperature", "chunk_size"),
+    static_argnames=(
+        "model_cfg",
+        "compute_dtype",
+        "matmul_dtype",
+        "temperature",
+        "chunk_size",
+        "attention",
+        "attention_block",
+    ),
 )
 def recompute_logprobs(
     params: dict[str, Any],
@@ -49,6 +57,8 @@ def recompute_logprobs(
     matmul_dtype: str | None = None,
     temperature: float = 1.0,
     chunk_size: int = 0,
+    attention: str = "xla",
+    attention_block: int = 512,
 ) -> jax.Array:
     """``[B, T]`` float32 log-probs of ``batch.completion_ids``, each row under its agent.
 
@@ -61,6 +71,7 @@ def recompute_logprobs(
       compute_dtype, matmul_dtype: the trainer's dtypes (``RLConfig``'s names).
       temperature: sampling temperature > 0 of the engine's reported log-probs.
       chunk_size: vocabulary-projection chunk over completion positions (0 = whole).
+      attention, attention_block: the attention implementation (``RLConfig.attention``).
 
     Returns:
       log-probs, meaningless at masked positions. No dropout, no gradient.
@@ -76,6 +87,8 @@ def recompute_logprobs(
         chunk_size=chunk_size,
         with_entropy=False,
         temperature=temperature,
+        attention=attention,
+        attention_block=attention_block,
     )
     return logp
 
@@ -105,7 +118,7 @@ def group_gaps(
     pad_id: int,
     temperature: float = 1.0,
     rows_per_batch: int = 64,
-    chunk_size: int = 0,
+    chunk_size: int | None = None,
     place: Callable[[PolicyBatch], PolicyBatch] | None = None,
 ) -> dict[int, dict[str, float]]:
     """The engine/trainer log-prob gap of each agent over ``groups``.
@@ -123,7 +136,7 @@ def group_gaps(
       temperature: the rollout temperature (0, greedy, is scored at 1 as the sampler does).
       rows_per_batch: at most this many rows per forward pass (bounds memory; groups are
         never split, so a single larger group still runs whole).
-      chunk_size: see :func:`recompute_logprobs`.
+      chunk_size: see :func:`recompute_logprobs` (None: ``rl_cfg.logprob_chunk``).
       place: optional ``batch -> batch`` placement (a mesh's ``place_batch``).
 
     Returns:
@@ -150,7 +163,9 @@ def group_gaps(
             compute_dtype=rl_cfg.compute_dtype,
             matmul_dtype=rl_cfg.matmul_dtype,
             temperature=temp,
-            chunk_size=chunk_size,
+            chunk_size=chunk_size if chunk_size is not None else rl_cfg.logprob_chunk,
+            attention=rl_cfg.attention,
+            attention_block=rl_cfg.attention_block,
         )
         recomputed.append(to_host(lp)[:rows])
         behaviour.append(to_host(batch.old_logp)[:rows])
