@@ -74,7 +74,7 @@ from coevo_jax.train.distributed import (
 )
 from coevo_jax.train.gap import round_gaps
 from coevo_jax.train.memory import release_free_memory
-from coevo_jax.train.metrics import MetricsWriter
+from coevo_jax.train.metrics import MetricsWriter, round_record
 from coevo_jax.train.plots import FEATURES_FILE, plot_run
 from coevo_jax.train.rollouts import (
     Rollouts,
@@ -426,66 +426,6 @@ class Trainer:
         routed_agent = np.where(active, f, -1.0).argmax(axis=1)
         self._features_log.add(to_host(h), routed_agent, [str(r.get("class", "")) for r in recs])
 
-    def _round_record(
-        self,
-        *,
-        recs: list,
-        f: np.ndarray,
-        active: np.ndarray,
-        rbar: np.ndarray,
-        served: np.ndarray,
-        rollouts: Rollouts,
-        mean_ent: np.ndarray,
-        policy: dict[str, Any],
-        gap: dict[str, Any] | None,
-        selfcheck: dict[str, Any] | None,
-        rm: dict[str, Any],
-        timings: dict[str, float],
-        probe: dict[str, Any] | None,
-    ) -> dict[str, Any]:
-        """Step 9: the round's ``metrics.jsonl`` row, which the plots (``train.plots``),
-        TensorBoard and the progress bar read."""
-        system = self.system
-        n_agents = self.cfg.lora.n_agents
-        by_class = probe_lib.mean_by_label(f, [str(r.get("class", "")) for r in recs])
-        sizes = active.sum(axis=1)
-        record = {
-            "round": self.round,
-            "system_reward": float(rbar[served].mean()) if served.any() else 0.0,
-            "agent_reward": [
-                float(rbar[served[:, a], a].mean()) if served[:, a].any() else None
-                for a in range(n_agents)
-            ],
-            "familiarity": {"mean": f.mean(axis=0).tolist(), "by_class": by_class},
-            "activated": {
-                "mean_per_query": float(sizes.mean()),
-                "histogram": np.bincount(sizes, minlength=n_agents + 1)[1:].tolist(),
-                "per_agent": active.sum(axis=0).tolist(),
-            },
-            "updates": system.agent_steps(),
-            "versions": list(system.versions),
-            "tokens_generated": int(sum(len(t.completion_ids) for _, t in rollouts.flat)),
-            "entropy": mean_ent.tolist(),
-            "buffers": [len(b) for b in self.buffers],
-            "dropped_flat": [b.dropped_flat for b in self.buffers],
-            "dropped_overflow": [b.dropped_overflow for b in self.buffers],
-            "capped": system.capped().tolist(),
-            "failures": rollouts.failures,
-            "policy": policy,
-            "gap": gap,
-            "selfcheck": selfcheck,
-            "server_restarts": system.server_restarts(),
-            "router": {k: float(v) for k, v in jax.device_get(rm).items() if np.ndim(v) == 0},
-            "counters": {
-                "T": int(system.router.counters.T),
-                "n": np.asarray(system.router.counters.n).tolist(),
-            },
-            "timings": timings,
-        }
-        if probe is not None:
-            record["probe"] = probe
-        return record
-
     def run_round(self) -> dict[str, Any]:
         """One orchestration round, steps 1-9 of the module docstring; returns its metrics
         row (also written to ``metrics.jsonl``). ``timings`` times each step; ``round_s``
@@ -521,7 +461,8 @@ class Trainer:
 
         self.round += 1
         self._log_features(h, f, active, recs)
-        record = self._round_record(
+        record = round_record(
+            self.round, self.system, self.buffers,
             recs=recs, f=f, active=active, rbar=rbar, served=served, rollouts=rollouts,
             mean_ent=mean_ent, policy=policy, gap=gap, selfcheck=selfcheck, rm=rm,
             timings=timings, probe=probe,

@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
+
+from coevo_jax.train.probe import mean_by_label
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -101,3 +104,66 @@ def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[key] = v
     return out
+
+
+def round_record(
+    round_idx: int,
+    system: Any,
+    buffers: Sequence[Any],
+    *,
+    recs: list,
+    f: np.ndarray,
+    active: np.ndarray,
+    rbar: np.ndarray,
+    served: np.ndarray,
+    rollouts: Any,  # train.rollouts.Rollouts
+    mean_ent: np.ndarray,
+    policy: dict[str, Any],
+    gap: dict[str, Any] | None,
+    selfcheck: dict[str, Any] | None,
+    rm: dict[str, Any],
+    timings: dict[str, float],
+    probe: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """Step 9: round ``round_idx``'s ``metrics.jsonl`` row, which the plots
+    (``train.plots``), TensorBoard and the progress bar read. ``system`` is the
+    ``train.system.System``, ``buffers`` the agents' LIFO buffers after the round."""
+    n_agents = system.cfg.lora.n_agents
+    by_class = mean_by_label(f, [str(r.get("class", "")) for r in recs])
+    sizes = active.sum(axis=1)
+    record = {
+        "round": round_idx,
+        "system_reward": float(rbar[served].mean()) if served.any() else 0.0,
+        "agent_reward": [
+            float(rbar[served[:, a], a].mean()) if served[:, a].any() else None
+            for a in range(n_agents)
+        ],
+        "familiarity": {"mean": f.mean(axis=0).tolist(), "by_class": by_class},
+        "activated": {
+            "mean_per_query": float(sizes.mean()),
+            "histogram": np.bincount(sizes, minlength=n_agents + 1)[1:].tolist(),
+            "per_agent": active.sum(axis=0).tolist(),
+        },
+        "updates": system.agent_steps(),
+        "versions": list(system.versions),
+        "tokens_generated": int(sum(len(t.completion_ids) for _, t in rollouts.flat)),
+        "entropy": mean_ent.tolist(),
+        "buffers": [len(b) for b in buffers],
+        "dropped_flat": [b.dropped_flat for b in buffers],
+        "dropped_overflow": [b.dropped_overflow for b in buffers],
+        "capped": system.capped().tolist(),
+        "failures": rollouts.failures,
+        "policy": policy,
+        "gap": gap,
+        "selfcheck": selfcheck,
+        "server_restarts": system.server_restarts(),
+        "router": {k: float(v) for k, v in jax.device_get(rm).items() if np.ndim(v) == 0},
+        "counters": {
+            "T": int(system.router.counters.T),
+            "n": np.asarray(system.router.counters.n).tolist(),
+        },
+        "timings": timings,
+    }
+    if probe is not None:
+        record["probe"] = probe
+    return record
