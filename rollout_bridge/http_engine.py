@@ -38,12 +38,12 @@ from coevo_jax.lora import AgentLoRA, LoRAWeights, export_peft, unstack
 from rollout_bridge.engine import FailedRequest, GenerationError, GenerationRequest, Trajectory
 
 
-class _Retryable(Exception):
-    pass
+class ServerUnavailable(Exception):
+    """The server gave no usable answer: connection refused or reset, timeout, or a 5xx."""
 
 
-class _LostAdapter(Exception):
-    pass
+class AdapterMissing(Exception):
+    """The server answered 404 for the adapter name: it lost it (typically a restart)."""
 
 
 def _mix_seeds(seeds: Sequence[int]) -> int:
@@ -137,7 +137,7 @@ class HTTPEngine:
     def server_restarts(self) -> int:
         return 0 if self.server is None else self.server.restarts
 
-    def _server_dead(self) -> bool:
+    def server_dead(self) -> bool:
         """A dead owned server: exited, or alive but reporting an unhealthy engine (5xx).
         A slow ``/health`` under load is not death."""
         if self.server is None:
@@ -168,6 +168,20 @@ class HTTPEngine:
                 return
             time.sleep(0.25)
         raise TimeoutError(f"{self.url}/health did not answer within {timeout:.0f} s")
+
+    def load_adapter(self, name: str, path: str) -> None:
+        """Loads the PEFT directory ``path`` under ``name`` (replacing a name already taken)."""
+        self._load(name, path)
+
+    def unload_adapter(self, name: str) -> None:
+        """Unloads ``name``; a server that has already forgotten it is fine."""
+        self._unload(name)
+
+    def set_live(self, live: dict[int, tuple[str, str, int]]) -> None:
+        """Replaces what should be live (agent -> (name, path, version)); :meth:`recover`
+        loads it. A fleet keeps its members' lists this way."""
+        with self.lock:
+            self.live = dict(live)
 
     def _load(self, name: str, path: str) -> None:
         for attempt in range(self.retries + 1):
@@ -237,53 +251,71 @@ class HTTPEngine:
             self.epoch += 1
             self.republished += 1
 
-    def _call(self, chunk: list[GenerationRequest]) -> list[Trajectory]:
+    def _body(self, chunk: list[GenerationRequest], name: str) -> dict[str, Any]:
         first = chunk[0]
-        n = first.n
+        return {
+            "model": name,
+            "prompt": [list(r.prompt_ids) for r in chunk],
+            "n": first.n,  # one prompt's n samples in one call: the server prefills it once
+            "max_tokens": first.max_tokens,
+            "temperature": first.temperature,
+            "top_p": first.top_p,
+            "seed": _mix_seeds([r.seed for r in chunk]),
+            "stop_token_ids": sorted(set(first.stop_ids) | set(self.eos_ids)),
+            "logprobs": 0,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+        }
+
+    def served(self, agent_id: int) -> tuple[str, int]:
+        """``(model name, version)`` a call for ``agent_id`` uses now (-1: the base model)."""
+        if agent_id < 0:
+            return self.base_model, 0
+        with self.lock:
+            name, _, version = self.live.get(agent_id, (self.base_model, "", 0))
+        return name, version
+
+    def send(self, chunk: list[GenerationRequest], name: str, version: int) -> list[Trajectory]:
+        """One completions call for ``chunk`` (requests sharing agent and sampling settings)
+        under model ``name``, labelled ``version``; no retry.
+
+        Raises:
+          ServerUnavailable: connection error, timeout or 5xx.
+          AdapterMissing: 404 (the server does not hold ``name``).
+          RuntimeError: any other rejection, or a malformed answer.
+        """
+        t0 = time.perf_counter()
+        try:
+            r = self._post("/v1/completions", self._body(chunk, name))
+        except httpx.HTTPError as e:
+            raise ServerUnavailable(f"{self.url}: {type(e).__name__}: {e}") from e
+        if r.status_code == 404:
+            raise AdapterMissing(r.text)
+        if r.status_code >= 500:
+            raise ServerUnavailable(f"{self.url}: {r.status_code} {r.text[:200]}")
+        if r.status_code != 200:
+            raise RuntimeError(f"completions call rejected: {r.status_code} {r.text[:500]}")
+        return self._parse(chunk, r.json(), version, time.perf_counter() - t0)
+
+    def _call(self, chunk: list[GenerationRequest]) -> list[Trajectory]:
         for attempt in range(self.retries + 1):
             generation = self.server.generation if self.server is not None else 0
             epoch = self.epoch
+            name, version = self.served(chunk[0].agent_id)
             with self.lock:
-                name, _, version = self.live.get(first.agent_id, (self.base_model, "", 0))
-                if first.agent_id < 0:
-                    name, version = self.base_model, 0
                 self.in_flight[name] = self.in_flight.get(name, 0) + 1
-            body = {
-                "model": name,
-                "prompt": [list(r.prompt_ids) for r in chunk],
-                "n": n,
-                "max_tokens": first.max_tokens,
-                "temperature": first.temperature,
-                "top_p": first.top_p,
-                "seed": _mix_seeds([r.seed for r in chunk]),
-                "stop_token_ids": sorted(set(first.stop_ids) | set(self.eos_ids)),
-                "logprobs": 0,
-                "return_token_ids": True,
-                "return_tokens_as_token_ids": True,
-            }
-            t0 = time.perf_counter()
             try:
-                try:
-                    r = self._post("/v1/completions", body)
-                except httpx.HTTPError as e:
-                    raise _Retryable(str(e)) from e
-                if r.status_code == 404:
-                    raise _LostAdapter(r.text)
-                if r.status_code >= 500:
-                    raise _Retryable(f"{r.status_code} {r.text[:200]}")
-                if r.status_code != 200:
-                    raise RuntimeError(f"completions call rejected: {r.status_code} {r.text[:500]}")
-                return self._parse(chunk, r.json(), version, time.perf_counter() - t0)
-            except _LostAdapter:
+                return self.send(chunk, name, version)
+            except AdapterMissing:
                 self.retried += 1
                 if attempt == self.retries:
                     raise
                 self.recover(seen=epoch)
-            except _Retryable:
+            except ServerUnavailable:
                 self.retried += 1
                 if attempt == self.retries:
                     raise
-                if self._server_dead():
+                if self.server_dead():
                     self._restart_server(generation)
                     continue
                 time.sleep(self.backoff * 2**attempt)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,9 @@ from coevo_jax.rl.train_step import PolicyState, init_policy_state, make_policy_
 from coevo_jax.router import RouterConfig, features, pad_queries
 from coevo_jax.train.config import ModelSpec, TrainConfig
 from rollout_bridge.engines import canonical_engine
+from rollout_bridge.fleet import FleetEngine, ServerSet
 from rollout_bridge.http_engine import HTTPEngine
-from rollout_bridge.launcher import launch_vllm
+from rollout_bridge.launcher import GPUSettings, free_port, launch_vllm, server_gpus
 from rollout_bridge.local_engine import InProcessEngine
 
 
@@ -238,24 +240,35 @@ def _http_kw(cfg: TrainConfig, group: AgentGroup, index: int, run_dir: Path) -> 
     )
 
 
-def _http_engine(cfg, group, index, run_dir, servers) -> HTTPEngine:
-    """HTTP to ``rollout.urls[index]`` (the last URL serves the groups past the list)."""
-    urls = cfg.rollout.urls
-    return HTTPEngine(urls[min(index, len(urls) - 1)], **_http_kw(cfg, group, index, run_dir))
+def _http_engine(cfg, group, index, run_dir, servers) -> HTTPEngine | FleetEngine:
+    """HTTP to group ``index``'s block of ``rollout.urls``: ``urls[g*K:(g+1)*K]`` with K =
+    ``servers_per_model`` (the last block serves the groups past the list); a block of more
+    than one URL is a :class:`FleetEngine`."""
+    k = cfg.rollout.servers_per_model
+    blocks = [cfg.rollout.urls[i : i + k] for i in range(0, len(cfg.rollout.urls), k)]
+    urls = blocks[min(index, len(blocks) - 1)]
+    kw = _http_kw(cfg, group, index, run_dir)
+    if len(urls) == 1:
+        return HTTPEngine(urls[0], **kw)
+    return FleetEngine([HTTPEngine(u, retries=1, **kw) for u in urls])
 
 
-def _vllm_engine(cfg, group, index, run_dir, servers) -> HTTPEngine:
-    """HTTP to a vLLM server this run starts, one per base model."""
+def _vllm_engine(cfg, group, index, run_dir, servers) -> HTTPEngine | FleetEngine:
+    """HTTP to the vLLM servers this run starts: ``servers_per_model`` per base model (on
+    distinct ports, started together), shared by the groups on that model; more than one
+    is a :class:`FleetEngine`."""
     spec = cfg.model if cfg.setting == "homogeneous" else cfg.agent_models[index]
     key = (spec.path, spec.name)
+    k = cfg.rollout.servers_per_model
+    kw = dict(name_prefix=f"g{index}-", **_http_kw(cfg, group, index, run_dir))
+    if k == 1:
+        if key not in servers:
+            servers[key] = _start_vllm(cfg, spec, len(servers), run_dir, group.backbone.cfg.family)
+        return HTTPEngine(servers[key].url, server=servers[key], **kw)
     if key not in servers:
-        servers[key] = _start_vllm(cfg, spec, len(servers), run_dir, group.backbone.cfg.family)
-    return HTTPEngine(
-        servers[key].url,
-        server=servers[key],
-        name_prefix=f"g{index}-",
-        **_http_kw(cfg, group, index, run_dir),
-    )
+        servers[key] = _start_vllm_fleet(cfg, spec, len(servers), run_dir, group)
+    members = [HTTPEngine(s.url, server=s, retries=1, **kw) for s in servers[key].servers]
+    return FleetEngine(members)
 
 
 # engine name -> builder(cfg, group, index, run_dir, servers); keyed like
@@ -273,7 +286,32 @@ def _lora_slots(cfg: TrainConfig, spec: ModelSpec) -> int:
     return sum(1 for s in cfg.agent_models if (s.path, s.name) == (spec.path, spec.name))
 
 
-def _start_vllm(cfg: TrainConfig, spec: ModelSpec, k: int, run_dir: Path, family: str) -> Any:
+def _start_vllm_fleet(cfg: TrainConfig, spec: ModelSpec, k: int, run_dir: Path, group) -> Any:
+    """``servers_per_model`` vLLM servers for ``spec`` on distinct ports, started together;
+    if one fails, the others are stopped and the error raised."""
+    n = cfg.rollout.servers_per_model
+    ports: list[int] = []
+    while len(ports) < n:  # free_port can hand back a port it just gave: keep them distinct
+        if (p := free_port()) not in ports:
+            ports.append(p)
+    family = group.backbone.cfg.family
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        futures = [
+            pool.submit(_start_vllm, cfg, spec, f"{k}-{j}", run_dir, family, port=p)
+            for j, p in enumerate(ports)
+        ]
+    started = [f.result() for f in futures if f.exception() is None]
+    errors = [f.exception() for f in futures if f.exception() is not None]
+    if errors:
+        for s in started:
+            s.stop()
+        raise errors[0]
+    return ServerSet(started)
+
+
+def _start_vllm(
+    cfg: TrainConfig, spec: ModelSpec, k: int | str, run_dir: Path, family: str, port=None
+) -> Any:
     ro = cfg.rollout
     # evaluation opens runs read-only and points adapter_dir outside them: the log goes there
     log = Path(ro.adapter_dir or run_dir) / f"vllm-server{k}.log"
@@ -291,4 +329,25 @@ def _start_vllm(cfg: TrainConfig, spec: ModelSpec, k: int, run_dir: Path, family
         max_model_len=ro.vllm_max_model_len,
         kv_cache_gb=ro.vllm_kv_cache_gb,
         dtype=ro.vllm_dtype,
+        port=port,
+        **_vllm_device_kw(cfg, k),
     )
+
+
+def _vllm_device_kw(cfg: TrainConfig, k: int | str) -> dict[str, Any]:
+    """``launch_vllm``'s device profile for the run's vLLM server ``k``: ``rollout.vllm_device``
+    and the GPU settings, with block ``index`` of ``rollout.devices``.
+
+    ``k`` is the server's base-model number, or ``"a-b"`` for member ``b`` of base model
+    ``a``'s fleet; servers are numbered ``a * servers_per_model + b``.
+    """
+    ro = cfg.rollout
+    a, _, b = str(k).partition("-")
+    index = int(a) * ro.servers_per_model + int(b or 0)
+    gpu = GPUSettings(
+        devices=server_gpus(ro.devices, ro.tensor_parallel, index),
+        tensor_parallel_size=ro.tensor_parallel,
+        gpu_memory_utilization=ro.gpu_memory_utilization,
+        max_num_seqs=ro.max_num_seqs,
+    )
+    return dict(device=ro.vllm_device, gpu=gpu)
