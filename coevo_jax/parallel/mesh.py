@@ -1,4 +1,5 @@
-"""Device meshes with the project's three named axes, and multi-host start-up.
+"""Device meshes with the project's three named axes, multi-host start-up, and which GPUs
+this process may use.
 
 Axes: ``data`` (pure data parallelism: params replicated), ``fsdp`` (batch split *and* params
 sharded, gathered per layer by XLA), ``tensor`` (Megatron-style split of heads and MLP width).
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 
 import jax
 from jax.sharding import AxisType, Mesh
@@ -128,3 +129,77 @@ def initialize_distributed() -> bool:
         return False
     log.info("jax.distributed: process %d of %d", jax.process_index(), jax.process_count())
     return True
+
+
+def _backend_started() -> bool:
+    """Whether JAX has created a backend (a private function of JAX's; False where it moved:
+    then a late call goes unnoticed rather than failing)."""
+    from jax._src import xla_bridge
+
+    started = getattr(xla_bridge, "backends_are_initialized", None)
+    return bool(started and started())
+
+
+#: where :func:`configure_devices` keeps the ``CUDA_VISIBLE_DEVICES`` the command started with
+#: (``"all"`` when it was unset), so that GPU indices keep one meaning after it narrows the
+#: variable for this process: the launcher maps ``rollout.devices`` through it too
+INHERITED_GPUS_VAR = "COEVO_INHERITED_CUDA_VISIBLE_DEVICES"
+
+
+def cuda_visible_devices(indices: Sequence[int], environ: Mapping[str, str] = os.environ) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` value that shows GPUs ``indices`` of this command.
+
+    Index ``i`` is the ``i``-th GPU the command was started with: the ``i``-th entry of the
+    inherited ``CUDA_VISIBLE_DEVICES`` (a SLURM job on GPUs 4-7 sees them as 0-3), or GPU
+    ``i`` when the variable was unset. Entries are kept as written (ids, UUIDs or MIG names).
+
+    Raises:
+      ValueError: an index the inherited list does not have.
+    """
+    inherited = environ.get(INHERITED_GPUS_VAR, environ.get("CUDA_VISIBLE_DEVICES", "all"))
+    if inherited == "all":
+        return ",".join(str(i) for i in indices)
+    visible = [d.strip() for d in inherited.split(",") if d.strip()]
+    missing = [i for i in indices if not 0 <= i < len(visible)]
+    if missing:
+        raise ValueError(
+            f"GPU indices {missing} are not among the {len(visible)} GPUs this command was "
+            f"started with (CUDA_VISIBLE_DEVICES={inherited!r})"
+        )
+    return ",".join(visible[i] for i in indices)
+
+
+def configure_devices(
+    devices: Sequence[int] = (),
+    mem_fraction: float | None = None,
+    environ: MutableMapping[str, str] = os.environ,
+) -> None:
+    """Restricts this process to GPUs ``devices`` and JAX's preallocation to ``mem_fraction``.
+
+    Sets ``CUDA_VISIBLE_DEVICES`` (via :func:`cuda_visible_devices`; empty ``devices`` leaves
+    every GPU visible) and ``XLA_PYTHON_CLIENT_MEM_FRACTION`` (None keeps JAX's default, 75 %
+    of each GPU). Both are read when JAX creates its backend, not at ``import jax``, so this
+    must run before anything asks for a device. A CPU backend ignores both.
+
+    Raises:
+      RuntimeError: called with something to set after JAX's backend was created.
+      ValueError: an index the inherited ``CUDA_VISIBLE_DEVICES`` does not have.
+    """
+    if not devices and mem_fraction is None:
+        return
+    if _backend_started():
+        raise RuntimeError(
+            "configure_devices must run before JAX creates its backend (before the first "
+            "jax.devices() or array); parallel.devices / parallel.memory_fraction came too late"
+        )
+    if devices:
+        value = cuda_visible_devices(devices, environ)
+        environ.setdefault(INHERITED_GPUS_VAR, environ.get("CUDA_VISIBLE_DEVICES", "all"))
+        environ["CUDA_VISIBLE_DEVICES"] = value
+    if mem_fraction is not None:
+        environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{mem_fraction:g}"
+    log.info(
+        "trainer devices: CUDA_VISIBLE_DEVICES=%s XLA_PYTHON_CLIENT_MEM_FRACTION=%s",
+        environ.get("CUDA_VISIBLE_DEVICES"),
+        environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION"),
+    )

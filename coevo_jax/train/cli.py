@@ -146,7 +146,11 @@ def main(args: argparse.Namespace) -> int:
     _check_engine(cfg)
 
     from coevo_jax.parallel import initialize_distributed
+    from coevo_jax.parallel.mesh import configure_devices
 
+    # JAX reads the visible GPUs and its memory share when it creates its backend, so the
+    # trainer's side of a GPU split (parallel.devices) is set first.
+    configure_devices(cfg.parallel.devices, cfg.parallel.memory_fraction)
     # Before anything touches a device: a multi-host launch (JAX_COORDINATOR_ADDRESS,
     # JAX_NUM_PROCESSES, JAX_PROCESS_ID or torchrun/SLURM/MPI variables) joins its peers here.
     initialize_distributed()

@@ -53,3 +53,61 @@ def test_initialize_distributed_is_a_no_op_for_a_single_process(monkeypatch):
         monkeypatch.delenv(var, raising=False)
     with pytest.raises(ValueError, match="process count or id"):
         initialize_distributed()
+
+
+def _run_isolated(code: str, env: dict[str, str]) -> dict:
+    """Runs ``code`` in a fresh Python (jax not yet imported) and returns the JSON it prints."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    import os
+
+    from coevo_jax.parallel.mesh import INHERITED_GPUS_VAR
+
+    drop = ("CUDA_VISIBLE_DEVICES", "XLA_PYTHON_CLIENT_MEM_FRACTION", INHERITED_GPUS_VAR)
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    return {**env, "JAX_PLATFORMS": "cpu", **extra}
+
+
+_CONFIGURE = """
+import json, os
+from coevo_jax.parallel.mesh import configure_devices
+configure_devices((1, 3), 0.4)
+import jax
+n = len(jax.devices())  # the backend starts after the variables were set; CPU ignores them
+try:
+    configure_devices((0,))
+    late = None
+except RuntimeError as e:
+    late = str(e)
+configure_devices(())  # nothing to set: harmless at any time
+print(json.dumps({k: os.environ.get(k) for k in (
+    "CUDA_VISIBLE_DEVICES", "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "COEVO_INHERITED_CUDA_VISIBLE_DEVICES")} | {"n": n, "late": late}))
+"""
+
+
+def test_configure_devices_sets_the_variables_before_jax_starts():
+    """In a fresh process: set before the backend exists, CPU keeps working, a late call that
+    would change something fails loudly instead of being ignored."""
+    out = _run_isolated(_CONFIGURE, _clean_env())
+    assert out["CUDA_VISIBLE_DEVICES"] == "1,3"
+    assert out["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.4"
+    assert out["COEVO_INHERITED_CUDA_VISIBLE_DEVICES"] == "all"
+    assert out["n"] == 8  # the test's 8 fake CPU devices, unaffected
+    assert "before JAX creates its backend" in out["late"]
+
+
+def test_configure_devices_maps_indices_through_the_inherited_list():
+    out = _run_isolated(_CONFIGURE, _clean_env(CUDA_VISIBLE_DEVICES="4,5,6,7"))
+    assert out["CUDA_VISIBLE_DEVICES"] == "5,7"
+    assert out["COEVO_INHERITED_CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
