@@ -14,7 +14,7 @@ config's exact shapes, with abstract weights (``jax.ShapeDtypeStruct`` carrying 
   it is reported but not counted in the peak;
 * ``logprob_recompute``: ``train.gap.recompute_logprobs`` exactly as the loop calls it when
   ``rl.measure_gap`` is set: the round's groups, under their adapters, with the arguments
-  ``train.gap.round_gaps`` passes (today no log-prob chunk: whole-vocabulary logits);
+  ``train.gap.group_gaps`` passes (the run's log-prob chunk and attention);
 * ``router_features`` and ``router_step``: the router backbone's partial pass over a round's
   queries, and one router update over ``queries_per_round x max(1, replay_rounds)`` rows
   with the router state split as ``train.distributed.shard_router`` splits it;
@@ -287,7 +287,10 @@ def group_programs(
                     compute_dtype=rl.compute_dtype,
                     matmul_dtype=rl.matmul_dtype,
                     temperature=temp,
-                )  # fmt: skip
+                    chunk_size=rl.logprob_chunk,
+                    attention=rl.attention,
+                    attention_block=rl.attention_block,
+                )
             ),
             bb + per_device_bytes(policy.lora),
             in_peak=rl.measure_gap,
