@@ -382,10 +382,11 @@ class TrainConfig:
             # A server's bf16 kernels differ from the trainer's: see RLConfig.behavior_logprobs.
             choice = "engine" if engine_spec(self.rollout.engine).exact_logprobs else "recompute"
             object.__setattr__(self, "rl", dataclasses.replace(self.rl, behavior_logprobs=choice))
-        if self.loop.async_rollouts and (self.rollout.max_staleness or 1) < 1:
+        stale = self.rollout.max_staleness
+        if self.loop.async_rollouts and stale is not None and stale < 1:
             raise ValueError(
                 "loop.async_rollouts trains on groups one adapter version old: "
-                f"rollout.max_staleness must be >= 1 or unset, got {self.rollout.max_staleness}"
+                f"rollout.max_staleness must be >= 1 or unset, got {stale}"
             )
         if self.data.max_input_tokens > self.router.max_prompt_tokens:
             raise ValueError(

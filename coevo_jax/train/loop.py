@@ -75,6 +75,7 @@ from coevo_jax.train.distributed import (
 from coevo_jax.train.gap import round_gaps
 from coevo_jax.train.memory import release_free_memory
 from coevo_jax.train.metrics import MetricsWriter, round_record
+from coevo_jax.train.pipeline import StartedRound, load_pending, save_pending
 from coevo_jax.train.plots import FEATURES_FILE, plot_run
 from coevo_jax.train.rollouts import (
     Rollouts,
@@ -175,6 +176,8 @@ class Trainer:
         self.buffers = [LIFOBuffer(capacity=cfg.loop.buffer_limit) for _ in range(n)]
         self.stream = QueryStream(len(self.records), cfg.loop.seed)
         self.round = 0
+        self._until = cfg.loop.rounds  # the round run() stops at: the last one starts nothing
+        self._pending: StartedRound | None = None  # the next round, generating (async_rollouts)
         self._router_prompts: dict[int, list[int]] = {}
         self._features_log = FeatureReservoir(
             cfg.loop.feature_log_size, self.system.feature_dim, seed=cfg.loop.seed
@@ -231,6 +234,7 @@ class Trainer:
             "stream": self.stream.state(),
             "buffers": [b.state_dict() for b in self.buffers],
             "features_log": {"file": feats.name, "seen": self._features_log.seen},
+            "pending": None,
         }
         # The reservoir is an array file beside the checkpoints (never JSON), written before
         # the checkpoint that names it; files no kept checkpoint names are pruned after.
@@ -238,13 +242,24 @@ class Trainer:
         if self.driver:
             root.mkdir(parents=True, exist_ok=True)
             self._features_log.save(feats)
+        if self._pending is not None:  # a round in flight: wait for it and keep its rollouts
+            pending = root / f"pending_{self.round:06d}.pkl"
+            h = to_host(self._pending.h)  # on every process: a collective on a mesh
+            if self.driver:
+                save_pending(pending, self._pending, h)
+            host["pending"] = pending.name
         path = save_checkpoint(
             root, self.round, self.system.arrays(), host, keep=self.cfg.loop.keep_checkpoints
         )
         if not self.driver:
             return path
-        kept = {f"features_{p.name.removeprefix('round_')}.npz" for p in root.glob("round_*")}
-        for old in root.glob("features_*.npz"):
+        rounds = [p.name.removeprefix("round_") for p in root.glob("round_*")]
+        kept = {
+            f"{kind}_{r}.{ext}"
+            for r in rounds
+            for kind, ext in (("features", "npz"), ("pending", "pkl"))
+        }
+        for old in [*root.glob("features_*.npz"), *root.glob("pending_*.pkl")]:
             if old.name not in kept:
                 old.unlink(missing_ok=True)
         return path
@@ -271,17 +286,24 @@ class Trainer:
             log = self._features_log
             for h, a, c in zip(feats["h"], feats["agent"], feats["cls"], strict=True):
                 log.add(np.asarray([h], np.float32), np.asarray([a]), [c])
+        self._pending = None
+        if host.get("pending"):
+            self._pending = load_pending(path.parent / host["pending"])
+            self._pending.h = self.system.place_rows(self._pending.h)
         if self.metrics is not None:
             self.metrics.truncate_after(self.round)
         return True
 
     # ---------------------------------------------------------------- one round
-    def _generate(self, idx: list[int], active: np.ndarray) -> tuple[list, list[str]]:
-        """Step 5: G samples per (query, activated agent), through each agent's engine."""
+    def _generate(
+        self, idx: list[int], active: np.ndarray, round_idx: int
+    ) -> tuple[list, list[str]]:
+        """Step 5: G samples per (query, activated agent) of round ``round_idx``, through each
+        agent's engine."""
         cfg = self.cfg
         trajs, failures = [], []
         for g in self.system.groups:
-            requests = generation_requests(g, self.records, idx, active, cfg, self.round)
+            requests = generation_requests(g, self.records, idx, active, cfg, round_idx)
             if not requests:
                 continue
             try:
@@ -291,12 +313,16 @@ class Trainer:
                 failures += [fr.query_id for fr in e.failures]
         return trajs, failures
 
-    def _policy_steps(self) -> dict[str, Any]:
-        """Step 7: pop full micro-batches and step every group that has a ready agent."""
+    def _policy_steps(self, publish: bool = True) -> dict[str, Any]:
+        """Step 7: pop full micro-batches and step every group that has a ready agent; its new
+        adapters are published at once, or (``publish=False``, a round generating) later by
+        :meth:`_publish`. ``per_agent`` holds the step's metrics and ``staleness``: how many
+        versions behind the oldest group it trained on was."""
         cfg = self.cfg
         system = self.system
         out: dict[str, Any] = {"agents": [], "kept_fraction": None, "per_agent": {}}
         kept = []
+        stale: dict[int, int] = {}
         steps = system.agent_steps()
         for g in system.groups:
             ready: list[Group] = []
@@ -310,6 +336,7 @@ class Trainer:
                 if rep is None:
                     continue
                 ready += [dataclasses.replace(x, agent_id=g.local(a)) for x in rep.groups]
+                stale[a] = system.versions[a] - min(x.version for x in rep.groups)
                 stepped.append(a)
                 kept.append(rep.kept_fraction)
             if not ready:
@@ -328,8 +355,10 @@ class Trainer:
             for a in stepped:
                 k = g.local(a)
                 out["per_agent"][str(a)] = {name: float(np.asarray(v)[k]) for name, v in m.items()}
+                out["per_agent"][str(a)]["staleness"] = stale[a]
                 system.versions[a] += 1
-                g.publish(a, system.versions[a])
+                if publish:
+                    g.publish(a, system.versions[a])
                 if int(new_steps[k]) >= cfg.loop.max_policy_steps:
                     self.buffers[a].clear()  # it never steps again: nothing to keep or save
             out["agents"] += stepped
@@ -426,6 +455,23 @@ class Trainer:
         routed_agent = np.where(active, f, -1.0).argmax(axis=1)
         self._features_log.add(to_host(h), routed_agent, [str(r.get("class", "")) for r in recs])
 
+    def _start_round(self, round_idx: int, background: bool = False) -> StartedRound:
+        """Steps 1-5 of round ``round_idx``: draw, route, and generate (on a background thread
+        when ``background``; process 0 alone generates)."""
+        t0 = time.perf_counter()
+        idx = self.stream.next(self.cfg.loop.queries_per_round)
+        h, f, active = self._route(idx)
+        started = StartedRound(round_idx, idx, h, f, active, time.perf_counter() - t0)
+        if self.driver:
+            started.generate(lambda: self._generate(idx, active, round_idx), background)
+        else:
+            started.generate(lambda: ([], []), background=False)
+        return started
+
+    def _publish(self, agents: list[int]) -> None:
+        for a in agents:
+            self.system.group_of[a].publish(a, self.system.versions[a])
+
     def run_round(self) -> dict[str, Any]:
         """One orchestration round, steps 1-9 of the module docstring; returns its metrics
         row (also written to ``metrics.jsonl``). ``timings`` times each step; ``round_s``
@@ -434,12 +480,12 @@ class Trainer:
         timings: dict[str, float] = {}
         probe = self._run_probe(timings)
         t0 = time.perf_counter()
-        with _timed(timings, "route_s"):
-            idx = self.stream.next(cfg.loop.queries_per_round)
-            recs = [self.records[i] for i in idx]
-            h, f, active = self._route(idx)
-        with _timed(timings, "generate_s"):
-            trajs, failures = self._generate(idx, active) if self.driver else ([], [])
+        started, self._pending = self._pending or self._start_round(self.round), None
+        idx, h, f, active = started.idx, started.h, started.f, started.active
+        recs = [self.records[i] for i in idx]
+        with _timed(timings, "generate_wait_s"):
+            trajs, failures = started.wait()
+        timings["route_s"], timings["generate_s"] = started.route_s, started.generate_s
         with _timed(timings, "reward_s"):
             active, rollouts = self._score(recs, active, trajs, failures, timings)
         # step 6: each complete group onto its agent's LIFO buffer
@@ -451,12 +497,20 @@ class Trainer:
         # the engine/trainer log-prob gap, under the adapters that sampled: before step 7
         with _timed(timings, "gap_s"):
             gap = round_gaps(self.system.groups, rollouts, cfg) if cfg.rl.measure_gap else None
+        # async_rollouts: the next round routes and starts generating now (train.pipeline)
+        overlap = cfg.loop.async_rollouts and self.round + 1 < self._until
+        if overlap:
+            self._pending = self._start_round(self.round + 1, background=True)
         with _timed(timings, "policy_s"):
-            policy = self._policy_steps()
-        with _timed(timings, "selfcheck_s"):
-            selfcheck = self.selfcheck() if policy["agents"] else None
+            policy = self._policy_steps(publish=not overlap)
         with _timed(timings, "router_s"):
             rm = self._router_update(h, active, rbar, served)
+        if overlap:  # the new adapters go out once the next round has sampled
+            with _timed(timings, "overlap_wait_s"):
+                self._pending.wait()
+            self._publish(policy["agents"])
+        with _timed(timings, "selfcheck_s"):
+            selfcheck = self.selfcheck() if policy["agents"] else None
         timings["round_s"] = time.perf_counter() - t0
 
         self.round += 1
@@ -481,6 +535,7 @@ class Trainer:
     def run(self, rounds: int | None = None) -> list[dict[str, Any]]:
         """Runs until ``cfg.loop.rounds`` rounds are done (or ``rounds`` more); returns metrics."""
         total = self.cfg.loop.rounds if rounds is None else self.round + rounds
+        self._until = total
         out: list[dict[str, Any]] = []
         bar = None
         if self.progress and self.driver:
@@ -527,6 +582,11 @@ class Trainer:
                 break
 
     def close(self) -> None:
+        if self._pending is not None:  # a round still generating must not outlive its engine
+            try:
+                self._pending.wait()
+            except Exception:  # noqa: BLE001 - closing after a failure; the run already raised
+                pass
         if self.metrics is not None:
             self.metrics.close()
         self.system.close()
