@@ -125,17 +125,23 @@ def shard_router(state: Any, mesh: Mesh) -> Any:
     no batch split shares, would cost every device as much as its share of the rows.
     """
 
-    n = mesh.shape["fsdp"]
-
     def put(x):
         host = np.asarray(jax.device_get(x))
-        axes = [i for i, d in enumerate(host.shape) if d % n == 0] if host.ndim >= 2 else []
-        spec = [None] * host.ndim
-        if axes and n > 1:
-            spec[max(axes, key=lambda i: host.shape[i])] = "fsdp"
-        return place(host, NamedSharding(mesh, P(*spec)))
+        return place(host, NamedSharding(mesh, router_spec(host.shape, mesh)))
 
     return jax.tree.map(put, state)
+
+
+def router_spec(shape: tuple[int, ...], mesh: Mesh) -> P:
+    """The spec :func:`shard_router` gives a router leaf of ``shape``: its longest axis that
+    ``fsdp`` divides split over ``fsdp`` (matrices only), else replicated (``coevo plan``
+    places abstract router states with it too)."""
+    n = mesh.shape["fsdp"]
+    axes = [i for i, d in enumerate(shape) if d % n == 0] if len(shape) >= 2 else []
+    spec: list[Any] = [None] * len(shape)
+    if axes and n > 1:
+        spec[max(axes, key=lambda i: shape[i])] = "fsdp"
+    return P(*spec)
 
 
 def shard_backbone(backbone: Any, mesh: Mesh) -> None:

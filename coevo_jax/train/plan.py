@@ -62,7 +62,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from coevo_jax._errors import UserError
 from coevo_jax.lora import init_lora
@@ -76,9 +75,10 @@ from coevo_jax.router import RouterReplay, feature_dim, features, init_router, r
 from coevo_jax.train.batching import build_policy_batch
 from coevo_jax.train.buffers import Group
 from coevo_jax.train.config import ModelSpec, TrainConfig
-from coevo_jax.train.distributed import mesh_policy_step, replicated, under_mesh
+from coevo_jax.train.distributed import mesh_policy_step, replicated, router_spec, under_mesh
 from coevo_jax.train.gap import recompute_logprobs
 from coevo_jax.train.plan_hlo import hlo_costs
+from rollout_bridge.engines import engine_spec
 from rollout_bridge.local_engine import InProcessEngine
 
 GB = 1e9
@@ -125,17 +125,6 @@ def abstract_policy(cfg: TrainConfig, params: Any, n_agents: int, mesh: Mesh | N
     if mesh is None:
         return state
     return jax.tree.map(lambda x: _abstract(x, replicated(mesh)), state)
-
-
-def router_spec(shape: tuple[int, ...], mesh: Mesh) -> P:
-    """The spec ``train.distributed.shard_router`` gives a router leaf of ``shape``: its
-    longest axis that ``fsdp`` divides split over ``fsdp`` (matrices only), else replicated."""
-    n = mesh.shape["fsdp"]
-    axes = [i for i, d in enumerate(shape) if d % n == 0] if len(shape) >= 2 else []
-    spec: list[Any] = [None] * len(shape)
-    if axes and n > 1:
-        spec[max(axes, key=lambda i: shape[i])] = "fsdp"
-    return P(*spec)
 
 
 def abstract_router(cfg: TrainConfig, in_dim: int, mesh: Mesh | None) -> Any:
@@ -316,7 +305,7 @@ def _sampler_programs(cfg, model_cfg, params, lora, mesh, bb) -> list[Program]:
     tok, full_mask = _rows((_sds((b,), jnp.int32), _sds((b, s_len), jnp.int32)), mesh)
     dummy, index = _sds((n_new,), jnp.int8), _sds((), jnp.int32)
     resident = bb + per_device_bytes(lora)
-    in_peak = cfg.rollout.engine == "inprocess"
+    in_peak = engine_spec(cfg.rollout.engine).loads_weights
 
     def prefill():
         with under_mesh(mesh):
@@ -489,7 +478,7 @@ def plan_run(
         group = group_programs(cfg, mcfg, params, len(agents), mesh)
         policy = abstract_policy(cfg, params, len(agents), mesh)
         resident["policies"] += per_device_bytes(policy)
-        if cfg.rollout.engine == "inprocess":
+        if engine_spec(cfg.rollout.engine).loads_weights:
             resident["engine_adapters"] += per_device_bytes(policy.lora)
         suffix = f".g{k}" if len(layout) > 1 else ""
         todo += [dataclasses.replace(p, name=p.name + suffix) for p in group]
