@@ -248,7 +248,7 @@ def _block(
     return x, new_cache
 
 
-def _batch_constraint(x: jax.Array) -> jax.Array:
+def batch_constraint(x: jax.Array) -> jax.Array:
     """Pins the residual stream's batch axis to the mesh's ``data``/``fsdp`` axes.
 
     Only under a mesh context (``jax.set_mesh``, as ``coevo_jax.models.sharded_forward``
@@ -404,11 +404,11 @@ def forward(
             block_lora = BlockLoRA(lora_l, agent_ids, weights.scale, weights.dropout, rng)
         inp = BlockInputs(layer, norms, layers, cos, sin, allowed, block_lora, kv, q0)
         x, kv = _block(cfg, x, inp, compute_dtype, md, impl, attention_block)
-        return (_batch_constraint(x), kv), None
+        return (batch_constraint(x), kv), None
 
     body = _rematerialised(body, remat)
 
-    x = _batch_constraint(embed_rows(params["embed"], input_ids).astype(compute_dtype))
+    x = batch_constraint(embed_rows(params["embed"], input_ids).astype(compute_dtype))
     kv = cache
     found = {0: x}
     bounds = sorted({j for j in wanted.values() if 0 < j <= depth} | {depth})

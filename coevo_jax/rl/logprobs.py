@@ -24,6 +24,7 @@ from flax import struct
 
 from coevo_jax.lora.weights import LoRAWeights
 from coevo_jax.models import ModelConfig, forward
+from coevo_jax.models.decoder import batch_constraint
 from coevo_jax.models.ops import ATTENTION_BLOCK
 
 
@@ -152,6 +153,10 @@ def _head_logprobs_fwd(h, head, tgt, with_entropy):
     logits = jnp.einsum(
         "bth,hv->btv", h.astype(head.dtype), head, preferred_element_type=jnp.float32
     )
+    # Rows split, vocabulary whole: with the head's vocabulary axis sharded, GSPMD may keep
+    # the logits split by vocabulary instead, and then the fold in _exp_sums (which need
+    # not divide by the mesh) gathers every row's full logits onto every device.
+    logits = batch_constraint(logits)
     m = jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
     s, s_el = _exp_sums(logits, m, with_entropy)
     lse = m[..., 0] + jnp.log(s)

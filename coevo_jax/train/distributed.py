@@ -14,7 +14,7 @@ Design (what the loop does when ``parallel`` asks for a mesh):
   policy step with its reference pass, the trainer's recompute of behaviour log-probs, the
   router features (a partial forward of the sharded backbone) and the router step. The
   mesh must be the ambient one while jit traces: the decoder pins its activations' batch
-  axis to the mesh only then (``models.decoder._batch_constraint``); traced without it, the
+  axis to the mesh only then (``models.decoder.batch_constraint``); traced without it, the
   compiled step keeps every row on every device and gives the same numbers, so equality
   tests cannot tell. ``tests/train/test_mesh_split.py`` checks the split on the compiled
   programs (per-device FLOPs).
