@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import json
 import re
 import types
 import typing
@@ -415,3 +416,15 @@ def config_description(path: str | Path, width: int = 100) -> str:
     if len(first) > width:
         first = first[: width - 1].rsplit(" ", 1)[0] + "…"
     return first
+
+
+def read_saved_config(path: str | Path) -> Any:
+    """The JSON a run saved as its ``config.json`` at ``path``.
+
+    Raises:
+      ConfigError: the file is not JSON (the run's saved config is damaged), naming it.
+    """
+    try:
+        return json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: not valid JSON ({e}); the run's saved config is damaged") from e

@@ -81,14 +81,9 @@ def _saved_rollout(run_dir: str) -> dict:
     saved = Path(run_dir, "config.json")
     if not saved.is_file():
         return {}
-    try:
-        data = json.loads(saved.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        from coevo_jax._config import ConfigError
+    from coevo_jax._config import read_saved_config
 
-        raise ConfigError(
-            f"{saved}: not valid JSON ({e}); the run's saved config is damaged"
-        ) from e
+    data = read_saved_config(saved)
     rollout = data.get("rollout") if isinstance(data, dict) else None
     return rollout if isinstance(rollout, dict) else {}
 

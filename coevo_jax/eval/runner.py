@@ -14,14 +14,13 @@ run's own routing rule, and the report names the ablation (:func:`ablation_name`
 from __future__ import annotations
 
 import dataclasses
-import json
 import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from coevo_jax._config import from_dict
+from coevo_jax._config import from_dict, read_saved_config
 from coevo_jax._errors import UserError
 from coevo_jax.data import read_records
 from coevo_jax.eval import stats
@@ -247,7 +246,7 @@ def evaluate_run(
     cfg_path = run_dir / "config.json"
     if not cfg_path.is_file():
         raise FileNotFoundError(f"{cfg_path}: not a training run directory")
-    cfg = from_dict(TrainConfig, json.loads(cfg_path.read_text()))
+    cfg = from_dict(TrainConfig, read_saved_config(cfg_path))
     ckpt = latest_checkpoint(run_dir / "checkpoints")
     if ckpt is None:
         raise FileNotFoundError(f"{run_dir / 'checkpoints'}: no checkpoint to evaluate")

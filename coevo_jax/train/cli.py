@@ -8,13 +8,12 @@ is built (``coevo --help`` stays fast; see ``coevo_jax.cli``).
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from coevo_jax._config import ConfigError, bundled_configs, config_description, resolve_config
+from coevo_jax._config import bundled_configs, config_description, resolve_config
 
 DEFAULT_CONFIG = "cpu_default"
 
@@ -87,19 +86,13 @@ def _saved_config(run_dir: Path, overrides: list[str]) -> Any:
       SystemExit: not a run directory.
       ConfigError: the file is not JSON, or not a valid config.
     """
-    from coevo_jax._config import load_data
+    from coevo_jax._config import load_data, read_saved_config
     from coevo_jax.train.config import TrainConfig
 
     saved = run_dir / "config.json"
     if not saved.is_file():
         raise SystemExit(f"coevo train --resume: {saved} not found (not a run directory)")
-    try:
-        data = json.loads(saved.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(
-            f"{saved}: not valid JSON ({e}); the run's saved config is damaged"
-        ) from e
-    return load_data(TrainConfig, data, str(saved), overrides)
+    return load_data(TrainConfig, read_saved_config(saved), str(saved), overrides)
 
 
 def _config(args: argparse.Namespace) -> tuple[Any, Path]:
