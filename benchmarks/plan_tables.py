@@ -86,9 +86,9 @@ def homogeneous_table() -> str:
     return "\n".join([*rows, "", _peak_line(one), _peak_line(eight)])
 
 
-def heterogeneous_table(name: str = "paper_heterogeneous-8") -> str:
+def heterogeneous_table() -> str:
     """Per program at 8 devices, and the peak."""
-    plan = _load(name)
+    plan = _load("paper_heterogeneous-8")
     rows = [
         "| program | TFLOP/device | temp GB | args GB | collective GB/step | in peak |",
         "| --- | ---: | ---: | ---: | ---: | --- |",
@@ -105,9 +105,6 @@ def heterogeneous_table(name: str = "paper_heterogeneous-8") -> str:
 TABLES = {
     "homogeneous": homogeneous_table,
     "heterogeneous": heterogeneous_table,
-    "heterogeneous-measure_gap-peak": lambda: _peak_line(
-        _load("paper_heterogeneous-8-measure_gap")
-    ),
 }
 BLOCK = re.compile(
     r"(<!-- plan-table:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(\n<!-- /plan-table -->)", re.S
