@@ -174,6 +174,16 @@ def _rows_t(x: jax.Array, y: jax.Array) -> jax.Array:
     return jnp.swapaxes(out, 2, 3)
 
 
+def _attention_grads(dqs, dks, dvs, q, k, v, allowed):
+    """The custom VJPs' outputs from per-query-block pieces: ``dq`` joined along queries,
+    ``dk``/``dv`` summed over the blocks' key prefixes, each in its input's dtype, and no
+    gradient for the boolean mask."""
+    dq = jnp.concatenate(dqs, axis=2)
+    dk, dv = _sum_key_prefixes(dks), _sum_key_prefixes(dvs)
+    d_allowed = np.zeros(allowed.shape, jax.dtypes.float0)
+    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), d_allowed
+
+
 def _sum_key_prefixes(parts: list[jax.Array]) -> jax.Array:
     """Sum of per-span key gradients ``[B, K, s1, D]``, each covering keys ``0..s1-1``.
 
@@ -243,10 +253,7 @@ def _attend_bwd(spans, res, d_out):
         ds = _masked(ds, ai, 0.0).astype(q.dtype)
         dqs.append(jnp.einsum("bkrs,bksd->bkrd", ds, ki, preferred_element_type=f32))
         dks.append(_rows_t(qi, ds))
-    dq = jnp.concatenate(dqs, axis=2)
-    dk, dv = _sum_key_prefixes(dks), _sum_key_prefixes(dvs)
-    d_allowed = np.zeros(allowed.shape, jax.dtypes.float0)
-    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), d_allowed
+    return _attention_grads(dqs, dks, dvs, q, k, v, allowed)
 
 
 _attend_core.defvjp(_attend_fwd, _attend_bwd)
@@ -437,10 +444,7 @@ def _blockwise_bwd(spans, bk, res, d_out):
         dqs.append(dq)
         dks.append(_join_keys(dk_b, s1))
         dvs.append(_join_keys(dv_b, s1))
-    dq = jnp.concatenate(dqs, axis=2)
-    dk, dv = _sum_key_prefixes(dks), _sum_key_prefixes(dvs)
-    d_allowed = np.zeros(allowed.shape, jax.dtypes.float0)
-    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), d_allowed
+    return _attention_grads(dqs, dks, dvs, q, k, v, allowed)
 
 
 _blockwise_core.defvjp(_blockwise_fwd, _blockwise_bwd)
