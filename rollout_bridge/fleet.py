@@ -34,7 +34,12 @@ from typing import Any
 
 from coevo_jax.lora import AgentLoRA, LoRAWeights, export_peft, unstack
 from rollout_bridge.engine import FailedRequest, GenerationError, GenerationRequest, Trajectory
-from rollout_bridge.http_engine import AdapterMissing, HTTPEngine, ServerUnavailable
+from rollout_bridge.http_engine import (
+    AdapterMissing,
+    HTTPEngine,
+    ServerUnavailable,
+    make_live,
+)
 
 
 class _Member:
@@ -194,10 +199,7 @@ class FleetEngine:
                         raise  # the server answered and refused the adapter: not a fault
                     self._mark_down(m, "adapter load failed")  # its doctor loads it later
             with self.lock:
-                prev = self.live.get(agent_id)
-                self.live[agent_id] = (name, str(path), int(version))
-                if prev is not None and prev[0] != name:
-                    self.retired.append(prev[0])
+                make_live(self.live, self.retired, agent_id, (name, str(path), int(version)))
         self._reap()
 
     def _reap(self) -> None:

@@ -51,6 +51,20 @@ def _mix_seeds(seeds: Sequence[int]) -> int:
     return int.from_bytes(digest, "little") & 0x7FFFFFFF
 
 
+def make_live(
+    live: dict[int, tuple[str, str, int]],
+    retired: list[str],
+    agent_id: int,
+    entry: tuple[str, str, int],
+) -> None:
+    """Records ``entry`` (name, path, version) as ``agent_id``'s live adapter, and the name
+    it replaces as retired (unloaded once no call holds it). The caller holds the lock."""
+    prev = live.get(agent_id)
+    live[agent_id] = entry
+    if prev is not None and prev[0] != entry[0]:
+        retired.append(prev[0])
+
+
 class HTTPEngine:
     """Rollouts from a vLLM-protocol server.
 
@@ -224,10 +238,7 @@ class HTTPEngine:
         export_peft(agent, None, path, base_model=self.base_model, family=self.family)
         self._load(name, str(path))
         with self.lock:
-            prev = self.live.get(agent_id)
-            self.live[agent_id] = (name, str(path), int(version))
-            if prev is not None and prev[0] != name:
-                self.retired.append(prev[0])
+            make_live(self.live, self.retired, agent_id, (name, str(path), int(version)))
         self._reap()
 
     def recover(self, seen: int | None = None) -> None:
